@@ -1,0 +1,80 @@
+# trainbox: one CUDA-matched image that trains LibreYOLO on a rented GPU.
+# It reads like the job: base, system packages, torch (the CUDA build), libreyolo, our code.
+# Each step is its own layer, ordered from what changes least to what changes most.
+
+ARG BASE_IMAGE=debian:bookworm-slim
+FROM ${BASE_IMAGE}
+
+ARG TRAINBOX_VERSION=0.1.0
+ARG TORCH_VERSION=2.14.1
+ARG TORCHVISION_VERSION=0.29.1
+# The CUDA build torch must report (torch.version.cuda), or "cpu". It must match the index:
+# empty TORCH_INDEX_URL takes torch from the same source as everything else, and PyPI's
+# 2.14.1 is the CUDA 13.0 build; https://download.pytorch.org/whl/cu126 goes with 12.6.
+ARG TORCH_CUDA=13.0
+ARG TORCH_INDEX_URL=""
+ARG LIBREYOLO_VERSION=1.6.0
+# Optional libreyolo extras, e.g. "rfdetr,lora,onnx", and extra packages, e.g. "wandb".
+ARG LIBREYOLO_EXTRAS=""
+ARG EXTRA_PACKAGES=""
+
+LABEL org.opencontainers.image.title="trainbox" \
+      org.opencontainers.image.description="Trains LibreYOLO on a rented GPU; weights leave every epoch" \
+      org.opencontainers.image.version="${TRAINBOX_VERSION}" \
+      org.opencontainers.image.licenses="MIT" \
+      ai.trainbox.version="${TRAINBOX_VERSION}" \
+      ai.trainbox.torch="${TORCH_VERSION}" \
+      ai.trainbox.cuda="${TORCH_CUDA}" \
+      ai.trainbox.libreyolo="${LIBREYOLO_VERSION}"
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+# System packages: Python 3.11, tini as PID 1 (reaps zombies, forwards signals),
+# and the two libraries OpenCV (pulled in by libreyolo) needs in a slim image.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      python3 python3-venv tini libgl1 libglib2.0-0 ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+
+# Everything the image needs lives under /opt/trainbox, never under /workspace:
+# a volume mounted there would hide it. The Hugging Face cache lives on the volume.
+ENV VIRTUAL_ENV=/opt/trainbox/venv \
+    PATH=/opt/trainbox/venv/bin:$PATH \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONUNBUFFERED=1 \
+    HF_HOME=/workspace/.cache/huggingface
+RUN python3 -m venv "$VIRTUAL_ENV"
+
+# Where pip looks, for the install steps below only: PyPI unless told otherwise; an
+# offline build from a wheelhouse sets PIP_FIND_LINKS and PIP_NO_INDEX=1.
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
+ARG PIP_FIND_LINKS
+ARG PIP_NO_INDEX
+
+# 1. torch: the CUDA-matched part. What this step installs is frozen into a constraints
+#    file that every later pip call obeys, so nothing can swap torch or its CUDA libraries.
+RUN pip install ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} \
+      "torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}" \
+ && pip freeze > /opt/trainbox/torch-constraints.txt
+
+# 2. libreyolo and the rest (huggingface_hub, hf_xet, supervisor, pyyaml), pinned by the lock.
+COPY docker/requirements.lock /opt/trainbox/requirements.lock
+RUN read -ra extra <<< "$EXTRA_PACKAGES" \
+ && pip install --constraint /opt/trainbox/torch-constraints.txt \
+      --requirement /opt/trainbox/requirements.lock \
+      "libreyolo${LIBREYOLO_EXTRAS:+[$LIBREYOLO_EXTRAS]}==${LIBREYOLO_VERSION}" "${extra[@]}"
+
+# 3. trainbox itself, last: a code change rebuilds only this small layer. The build
+#    ends with a self-test that fails it unless torch is exactly the build asked for.
+COPY pyproject.toml /opt/trainbox/src/
+COPY configs /opt/trainbox/src/configs
+COPY docker /opt/trainbox/src/docker
+COPY entrypoint /opt/trainbox/src/entrypoint
+RUN pip install --no-deps --no-build-isolation --editable /opt/trainbox/src \
+ && python /opt/trainbox/src/docker/selftest.py
+
+WORKDIR /workspace
+ENTRYPOINT ["/usr/bin/tini", "--", "trainbox"]
+CMD ["run"]

@@ -1,0 +1,5 @@
+"""``python -m entrypoint`` is the ``trainbox`` command."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,71 @@
+"""The ``trainbox`` command: a thin layer over the modules, one subcommand per step."""
+
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from . import __version__, config, dataset, supervise
+from . import train as training
+from .errors import ExitCode, TrainboxError
+from .status import run_state
+
+log = logging.getLogger("trainbox")
+
+
+@click.group()
+@click.version_option(__version__, prog_name="trainbox")
+def cli() -> None:
+    """Train LibreYOLO on a rented GPU without losing money or checkpoints."""
+
+
+@cli.command()
+def run() -> int:
+    """The container's job: check the settings, stage the dataset, train under supervisord."""
+    cfg = config.load()
+    log.info("trainbox %s: %s run %r on %s", __version__,
+             "demo" if cfg.is_demo else "dataset", cfg.run_name, cfg.device)
+    if run_state(cfg.run_dir) == "completed":
+        log.info("run %s already completed: nothing to train (set RUN_NAME for a new run)",
+                 cfg.run_dir)
+        return ExitCode.OK
+    dataset.stage(cfg)
+    return supervise.run()
+
+
+@cli.command()
+def train() -> int:
+    """The supervised ``train`` program (started by ``trainbox run``)."""
+    return training.main(config.load())
+
+
+@cli.command("config")
+def show_config() -> None:
+    """Print the settings this container would run with, after every override."""
+    cfg = config.load()
+    for key in config.KEYS:
+        click.echo(f"{key.upper()}={getattr(cfg, key)}")
+
+
+@cli.command("supervise-listener", hidden=True)
+@click.argument("status_file", type=click.Path(path_type=Path))
+def supervise_listener(status_file: Path) -> None:
+    """supervisord event listener (internal)."""
+    supervise.listen(status_file)
+
+
+def main() -> None:
+    """Entry point: run a subcommand, turn a TrainboxError into one line and its exit code."""
+    logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s", stream=sys.stderr)
+    try:
+        code = cli.main(standalone_mode=False)
+    except TrainboxError as err:
+        log.error("error: %s", err)
+        code = err.code
+    except click.ClickException as err:
+        err.show()
+        code = err.exit_code
+    except click.Abort:
+        code = ExitCode.INTERRUPTED
+    sys.exit(int(code or 0))

@@ -1,0 +1,185 @@
+"""Typed settings, the one source of truth for how a run is configured.
+
+Layers, lowest first: the defaults below; ``configs/demo.yaml`` when no dataset is
+configured (the built-in demo); the YAML file named by ``TRAINBOX_CONFIG``; environment
+variables (each setting's name in upper case; an empty value counts as unset).
+Every value is parsed and checked before anything else happens, and a bad one raises
+a ``TrainboxError`` whose message names the key and the values it accepts.
+"""
+
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ExitCode, TrainboxError
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+DEMO_PRESET = CONFIG_DIR / "demo.yaml"
+
+Parser = Callable[[Any], Any]
+
+
+def _int_at_least(low: int, *, also: int | None = None) -> Parser:
+    accepted = f"a whole number >= {low}" + (f", or {also}" if also is not None else "")
+
+    def parse(raw: Any) -> int:
+        if isinstance(raw, bool) or not re.fullmatch(r"[+-]?\d+", str(raw).strip()):
+            raise ValueError(f"expected {accepted}")
+        value = int(str(raw).strip())
+        if value < low and value != also:
+            raise ValueError(f"expected {accepted}")
+        return value
+
+    return parse
+
+
+def _bool(raw: Any) -> bool:
+    text = str(raw).strip().lower()
+    if text in {"true", "1", "yes", "on"}:
+        return True
+    if text in {"false", "0", "no", "off"}:
+        return False
+    raise ValueError("expected true or false")
+
+
+def _device(raw: Any) -> str:
+    text = str(raw).strip().lower().replace(" ", "")
+    if text in {"auto", "cpu"} or re.fullmatch(r"\d+(,\d+)*", text):
+        return text
+    raise ValueError("expected auto, cpu, or GPU indices such as 0 or 0,1,2,3")
+
+
+def _text(raw: Any) -> str:
+    if not isinstance(raw, str | int | float) or isinstance(raw, bool):
+        raise ValueError("expected a string")
+    return str(raw).strip()
+
+
+def _name(raw: Any) -> str:
+    text = _text(raw)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", text):
+        raise ValueError("expected a folder name of letters, digits, '.', '_' or '-'")
+    return text
+
+
+def _path(raw: Any) -> Path:
+    path = Path(_text(raw))
+    if not path.is_absolute():
+        raise ValueError("expected an absolute path")
+    return path
+
+
+def setting(default: Any, parse: Parser, doc: str) -> Any:
+    """A config field: its default, its parser, and its line in the README's settings table."""
+    return field(default=default, metadata={"parse": parse, "doc": doc})
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every setting of a run. Field ``x`` is YAML key ``x`` and environment variable ``X``."""
+
+    device: str = setting(
+        "auto", _device,
+        "`auto` (the visible GPUs), `cpu`, or GPU indices such as `0` or `0,1,2,3`",
+    )
+    model: str = setting(
+        "LibreYOLO9s.pt", _text, "LibreYOLO model: a published name or a `.pt` path",
+    )
+    pretrained: bool = setting(
+        True, _bool, "start from MODEL's published weights; `false` trains from scratch",
+    )
+    data: str = setting(
+        "", _text, "path of a YOLO `data.yaml` in the container; empty trains the built-in demo",
+    )
+    epochs: int = setting(100, _int_at_least(1), "epochs to train")
+    batch: int = setting(
+        -1, _int_at_least(1, also=-1),
+        "global batch over all GPUs; `-1` picks the largest that fits",
+    )
+    imgsz: int = setting(640, _int_at_least(32), "training image size in pixels")
+    workers: int = setting(4, _int_at_least(0), "dataloader worker processes per GPU")
+    save_period: int = setting(
+        10, _int_at_least(0), "keep `weights/epoch_N.pt` every N epochs; `0` keeps none",
+    )
+    run_name: str = setting("run", _name, "run folder: `/workspace/runs/RUN_NAME`")
+    workspace: Path = setting(
+        Path("/workspace"), _path,
+        "the persistent volume: data, runs and the Hugging Face cache",
+    )
+
+    @property
+    def run_dir(self) -> Path:
+        """The run folder libreyolo writes: status.json, metrics.jsonl, train.log, weights/."""
+        return self.workspace / "runs" / self.run_name
+
+    @property
+    def is_demo(self) -> bool:
+        """True when no dataset is configured and the built-in demo trains."""
+        return not self.data
+
+
+KEYS = tuple(f.name for f in fields(Config))
+
+
+def describe() -> Iterator[tuple[str, Any, str]]:
+    """(environment variable, default, description) for each setting, for docs and help."""
+    for f in fields(Config):
+        yield f.name.upper(), f.default, f.metadata["doc"]
+
+
+def _parse_layer(values: Mapping[str, Any], source: str, *, env: bool) -> dict[str, Any]:
+    parsers = {f.name: f.metadata["parse"] for f in fields(Config)}
+    parsed = {}
+    for key, raw in values.items():
+        shown = key.upper() if env else key
+        try:
+            parsed[key] = parsers[key](raw)
+        except ValueError as err:
+            raise TrainboxError(f"{source}: {shown}={raw!r}: {err}", ExitCode.CONFIG) from None
+    return parsed
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        loaded = yaml.safe_load(path.read_text()) or {}
+    except OSError as err:
+        raise TrainboxError(
+            f"TRAINBOX_CONFIG={path}: cannot read it ({err.strerror}); "
+            "mount the file or unset TRAINBOX_CONFIG",
+            ExitCode.CONFIG,
+        ) from None
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where else ""
+        raise TrainboxError(f"{path}: not valid YAML{line}", ExitCode.CONFIG) from None
+    if not isinstance(loaded, dict):
+        raise TrainboxError(f"{path}: expected a mapping of settings", ExitCode.CONFIG)
+    unknown = sorted(str(key) for key in loaded if key not in KEYS)
+    if unknown:
+        raise TrainboxError(
+            f"{path}: unknown key {unknown[0]!r}; accepted keys: {', '.join(KEYS)}",
+            ExitCode.CONFIG,
+        )
+    return _parse_layer(loaded, str(path), env=False)
+
+
+def load(environ: Mapping[str, str] | None = None) -> Config:
+    """Build the run's config from the YAML file and the environment, checked."""
+    environ = os.environ if environ is None else environ
+    file_name = environ.get("TRAINBOX_CONFIG", "").strip()
+    from_file = _read_yaml(Path(file_name)) if file_name else {}
+    from_env = _parse_layer(
+        {key: environ[key.upper()] for key in KEYS if environ.get(key.upper(), "").strip()},
+        "environment",
+        env=True,
+    )
+    chosen = {**from_file, **from_env}
+    config = Config()
+    if not chosen.get("data"):
+        config = replace(config, **_read_yaml(DEMO_PRESET))
+    return replace(config, **chosen)

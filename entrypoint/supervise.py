@@ -1,0 +1,78 @@
+"""Process control: supervisord runs the programs, and its end is the container's end.
+
+``trainbox run`` starts supervisord in the foreground as its child, forwards SIGTERM and
+SIGINT to it, and exits with the ``train`` program's exit code, which an event listener
+records when training ends on its own and then shuts supervisord down.
+"""
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from string import Template
+
+from .atomic import write_atomic
+from .errors import ExitCode
+
+log = logging.getLogger("trainbox")
+
+TEMPLATE = Path(__file__).resolve().parent.parent / "docker" / "supervisord.conf"
+TRAIN_PROGRAM = "train"
+STOP_WAIT_SECONDS = 60
+
+
+def render(runtime: Path, train_command: str) -> str:
+    """The supervisord config for one container run."""
+    return Template(TEMPLATE.read_text()).substitute(
+        runtime=runtime,
+        python=sys.executable,
+        train_command=train_command,
+        stop_wait=STOP_WAIT_SECONDS,
+    )
+
+
+def run(train_command: str | None = None) -> int:
+    """Run supervisord until training ends or a stop signal arrives; return the exit code."""
+    runtime = Path(tempfile.mkdtemp(prefix="trainbox-"))
+    command = train_command or f"{sys.executable} -m entrypoint train"
+    conf = runtime / "supervisord.conf"
+    conf.write_text(render(runtime, command))
+    supervisord = Path(sys.executable).with_name("supervisord")
+    child = subprocess.Popen([str(supervisord), "--configuration", str(conf)])
+    stopped_by: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        log.info("%s received: stopping training", signal.Signals(signum).name)
+        stopped_by.append(signum)
+        child.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    child.wait()
+    status = runtime / "exit-status"
+    if status.is_file():
+        return int(status.read_text())
+    if stopped_by:
+        return ExitCode.INTERRUPTED
+    log.error("supervisord ended (code %s) before training did", child.returncode)
+    return ExitCode.TRAINING_FAILED
+
+
+def listen(status_file: Path) -> None:
+    """Event listener: when ``train`` exits by itself, record its code and stop supervisord."""
+    from supervisor import childutils
+
+    rpc = childutils.getRPCInterface(os.environ)  # supervisord passes its socket's URL
+    while True:
+        headers, payload = childutils.listener.wait(sys.stdin, sys.stdout)
+        process, _ = childutils.eventdata(payload + "\n")
+        if process.get("processname") == TRAIN_PROGRAM:
+            exit_status = rpc.supervisor.getProcessInfo(TRAIN_PROGRAM)["exitstatus"]
+            fatal = headers["eventname"] == "PROCESS_STATE_FATAL" or exit_status < 0
+            code = ExitCode.TRAINING_FAILED if fatal else exit_status
+            write_atomic(status_file, f"{int(code)}\n")
+            rpc.supervisor.shutdown()
+        childutils.listener.ok(sys.stdout)

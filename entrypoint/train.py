@@ -1,0 +1,87 @@
+"""The ``train`` program that supervisord runs: one LibreYOLO run through its Python API.
+
+The Python API, not the ``libreyolo train`` CLI, because only the API takes callbacks.
+"""
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from .config import Config
+from .dataset import data_yaml
+from .errors import ExitCode, TrainboxError
+
+log = logging.getLogger("trainbox")
+
+
+class EpochLog:
+    """One plain line per finished epoch, readable in ``docker logs`` between progress bars.
+
+    A plain class at module level: under DDP, callbacks must be picklable.
+    """
+
+    def on_train_epoch_end(self, event: Any) -> None:
+        metric = ""
+        if event.current_metric is not None:
+            metric = f", {event.current_metric_name} {event.current_metric:.4f}"
+        log.info(
+            "epoch %d/%d done in %.1fs: loss %.4f%s",
+            event.epoch, event.total_epochs, event.epoch_seconds, event.train_loss, metric,
+        )
+
+
+def _build_model(cfg: Config) -> Any:
+    """The model to train: published weights, or the architecture MODEL names, from scratch."""
+    model_device = "cpu" if cfg.device == "cpu" else "auto"
+    if cfg.pretrained:
+        from libreyolo import LibreYOLO
+
+        return LibreYOLO(cfg.model, device=model_device)
+    # The registry the libreyolo CLI itself uses to map a model name to its architecture.
+    from libreyolo.cli.config import detect_family_from_model_ref, get_model_class
+
+    model_cls = get_model_class(detect_family_from_model_ref(cfg.model))
+    size = model_cls.detect_size_from_filename(Path(cfg.model).name) if model_cls else None
+    if size is None:
+        raise TrainboxError(
+            f"MODEL={cfg.model!r}: not a LibreYOLO model name such as LibreYOLO9t.pt; "
+            "with PRETRAINED=false the name picks the architecture",
+            ExitCode.CONFIG,
+        )
+    return model_cls(None, size=size, device=model_device)
+
+
+def train(cfg: Config) -> None:
+    """Train until done; libreyolo writes status.json, metrics.jsonl, train.log, weights/."""
+    model = _build_model(cfg)
+    log.info("training %s on %s into %s", cfg.model, data_yaml(cfg), cfg.run_dir)
+    model.train(
+        data=str(data_yaml(cfg)),
+        epochs=cfg.epochs,
+        batch=cfg.batch,
+        imgsz=cfg.imgsz,
+        device="" if cfg.device == "auto" else cfg.device,
+        workers=cfg.workers,
+        save_period=cfg.save_period,
+        project=str(cfg.run_dir.parent),
+        name=cfg.run_name,
+        exist_ok=True,
+        callbacks=[EpochLog()],
+    )
+    log.info("training completed: weights in %s", cfg.run_dir / "weights")
+
+
+def main(cfg: Config) -> int:
+    """Run training and turn its outcome into the program's exit code."""
+    try:
+        train(cfg)
+    except KeyboardInterrupt:
+        log.warning("training interrupted; the last finished epoch is in %s", cfg.run_dir)
+        return ExitCode.INTERRUPTED
+    except TrainboxError:
+        raise
+    except Exception as err:
+        log.error("training failed: %s: %s (details in %s)",
+                  type(err).__name__, err, cfg.run_dir / "train.log")
+        return ExitCode.TRAINING_FAILED
+    return ExitCode.OK

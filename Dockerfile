@@ -55,16 +55,19 @@ ARG PIP_NO_INDEX
 
 # 1. torch: the CUDA-matched part. What this step installs is frozen into a constraints
 #    file that every later pip call obeys, so nothing can swap torch or its CUDA libraries.
+#    (Pinned through the build args above, which hadolint cannot see.)
+# hadolint ignore=DL3013
 RUN pip install ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} \
       "torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}" \
  && pip freeze > /opt/trainbox/torch-constraints.txt
 
 # 2. libreyolo and the rest (huggingface_hub, hf_xet, supervisor, pyyaml), pinned by the lock.
+#    EXTRA_PACKAGES is a space-separated list, split on purpose.
 COPY docker/requirements.lock /opt/trainbox/requirements.lock
-RUN read -ra extra <<< "$EXTRA_PACKAGES" \
- && pip install --constraint /opt/trainbox/torch-constraints.txt \
+# hadolint ignore=SC2086
+RUN pip install --constraint /opt/trainbox/torch-constraints.txt \
       --requirement /opt/trainbox/requirements.lock \
-      "libreyolo${LIBREYOLO_EXTRAS:+[$LIBREYOLO_EXTRAS]}==${LIBREYOLO_VERSION}" "${extra[@]}"
+      "libreyolo${LIBREYOLO_EXTRAS:+[$LIBREYOLO_EXTRAS]}==${LIBREYOLO_VERSION}" $EXTRA_PACKAGES
 
 # 3. trainbox itself, last: a code change rebuilds only this small layer. The build
 #    ends with a self-test that fails it unless torch is exactly the build asked for.

@@ -23,5 +23,7 @@ import libreyolo  # noqa: E402
 
 import entrypoint  # noqa: E402
 
-print(f"selftest: torch {torch.__version__} (CUDA {cuda}), libreyolo {libreyolo.__version__}, "
-      f"trainbox {entrypoint.__version__}: ok")
+print(
+    f"selftest: torch {torch.__version__} (CUDA {cuda}), libreyolo {libreyolo.__version__}, "
+    f"trainbox {entrypoint.__version__}: ok"
+)

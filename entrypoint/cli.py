@@ -24,11 +24,17 @@ def cli() -> None:
 def run() -> int:
     """The container's job: check the settings, stage the dataset, train under supervisord."""
     cfg = config.load()
-    log.info("trainbox %s: %s run %r on %s", __version__,
-             "demo" if cfg.is_demo else "dataset", cfg.run_name, cfg.device)
+    log.info(
+        "trainbox %s: %s run %r on %s",
+        __version__,
+        "demo" if cfg.is_demo else "dataset",
+        cfg.run_name,
+        cfg.device,
+    )
     if run_state(cfg.run_dir) == "completed":
-        log.info("run %s already completed: nothing to train (set RUN_NAME for a new run)",
-                 cfg.run_dir)
+        log.info(
+            "run %s already completed: nothing to train (set RUN_NAME for a new run)", cfg.run_dir
+        )
         return ExitCode.OK
     dataset.stage(cfg)
     return supervise.run()

@@ -20,6 +20,7 @@ from .errors import ExitCode, TrainboxError
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 DEMO_PRESET = CONFIG_DIR / "demo.yaml"
+WORKSPACE = Path("/workspace")
 
 Parser = Callable[[Any], Any]
 
@@ -84,31 +85,42 @@ class Config:
     """Every setting of a run. Field ``x`` is YAML key ``x`` and environment variable ``X``."""
 
     device: str = setting(
-        "auto", _device,
+        "auto",
+        _device,
         "`auto` (the visible GPUs), `cpu`, or GPU indices such as `0` or `0,1,2,3`",
     )
     model: str = setting(
-        "LibreYOLO9s.pt", _text, "LibreYOLO model: a published name or a `.pt` path",
+        "LibreYOLO9s.pt",
+        _text,
+        "LibreYOLO model: a published name or a `.pt` path",
     )
     pretrained: bool = setting(
-        True, _bool, "start from MODEL's published weights; `false` trains from scratch",
+        True,
+        _bool,
+        "start from MODEL's published weights; `false` trains from scratch",
     )
     data: str = setting(
-        "", _text, "path of a YOLO `data.yaml` in the container; empty trains the built-in demo",
+        "",
+        _text,
+        "path of a YOLO `data.yaml` in the container; empty trains the built-in demo",
     )
     epochs: int = setting(100, _int_at_least(1), "epochs to train")
     batch: int = setting(
-        -1, _int_at_least(1, also=-1),
+        -1,
+        _int_at_least(1, also=-1),
         "global batch over all GPUs; `-1` picks the largest that fits",
     )
     imgsz: int = setting(640, _int_at_least(32), "training image size in pixels")
     workers: int = setting(4, _int_at_least(0), "dataloader worker processes per GPU")
     save_period: int = setting(
-        10, _int_at_least(0), "keep `weights/epoch_N.pt` every N epochs; `0` keeps none",
+        10,
+        _int_at_least(0),
+        "keep `weights/epoch_N.pt` every N epochs; `0` keeps none",
     )
     run_name: str = setting("run", _name, "run folder: `/workspace/runs/RUN_NAME`")
     workspace: Path = setting(
-        Path("/workspace"), _path,
+        WORKSPACE,
+        _path,
         "the persistent volume: data, runs and the Hugging Face cache",
     )
 

@@ -31,8 +31,9 @@ def _draw(rng: np.random.Generator) -> tuple[Image.Image, list[str]]:
         elif cls == 1:
             pen.ellipse(box, fill=COLOURS[cls])
         else:
-            pen.polygon([(x0 + side / 2, y0), (x0, y0 + side), (x0 + side, y0 + side)],
-                        fill=COLOURS[cls])
+            pen.polygon(
+                [(x0 + side / 2, y0), (x0, y0 + side), (x0 + side, y0 + side)], fill=COLOURS[cls]
+            )
         centre_x, centre_y = (x0 + side / 2) / SIZE, (y0 + side / 2) / SIZE
         labels.append(f"{cls} {centre_x:.6f} {centre_y:.6f} {side / SIZE:.6f} {side / SIZE:.6f}")
     return image, labels
@@ -62,8 +63,12 @@ def ensure(folder: Path) -> tuple[Path, bool]:
     staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}-"))
     try:
         _write(staging)
-        spec = {"path": str(folder), "train": "images/train", "val": "images/val",
-                "names": dict(enumerate(CLASSES))}
+        spec = {
+            "path": str(folder),
+            "train": "images/train",
+            "val": "images/val",
+            "names": dict(enumerate(CLASSES)),
+        }
         (staging / "data.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
         shutil.rmtree(folder, ignore_errors=True)
         staging.rename(folder)

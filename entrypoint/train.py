@@ -26,7 +26,11 @@ class EpochLog:
             metric = f", {event.current_metric_name} {event.current_metric:.4f}"
         log.info(
             "epoch %d/%d done in %.1fs: loss %.4f%s",
-            event.epoch, event.total_epochs, event.epoch_seconds, event.train_loss, metric,
+            event.epoch,
+            event.total_epochs,
+            event.epoch_seconds,
+            event.train_loss,
+            metric,
         )
 
 
@@ -81,7 +85,11 @@ def main(cfg: Config) -> int:
     except TrainboxError:
         raise
     except Exception as err:
-        log.error("training failed: %s: %s (details in %s)",
-                  type(err).__name__, err, cfg.run_dir / "train.log")
+        log.error(
+            "training failed: %s: %s (details in %s)",
+            type(err).__name__,
+            err,
+            cfg.run_dir / "train.log",
+        )
         return ExitCode.TRAINING_FAILED
     return ExitCode.OK

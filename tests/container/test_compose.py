@@ -1,0 +1,78 @@
+"""compose.yaml: what it asks of the host, and a real `docker compose up` of the demo."""
+
+import json
+import os
+import subprocess
+import uuid
+
+import pytest
+
+from tests.conftest import REPO
+from tests.container.conftest import compose_command, docker, in_volume
+
+BASE = ["-f", "compose.yaml"]
+CPU = [*BASE, "-f", "compose.cpu.yaml"]
+HOSTNET = [*CPU, "-f", "tests/container/compose.hostnet.yaml"]
+
+
+def compose(
+    *args: str, image: str = "trainbox:test", timeout: float = 120
+) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TRAINBOX_IMAGE": image}
+    return subprocess.run(
+        [*compose_command(), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=timeout,
+    )
+
+
+def config(*files: str) -> dict:
+    result = compose(*files, "config", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)["services"]["train"]
+
+
+def test_compose_asks_for_every_gpu_shared_memory_a_volume_and_a_grace_period() -> None:
+    train = config(*BASE)
+    [gpus] = train["deploy"]["resources"]["reservations"]["devices"]
+    assert (gpus["driver"], gpus["count"], gpus["capabilities"]) == ("nvidia", -1, ["gpu"])
+    assert int(train["shm_size"]) >= 8 * 2**30
+    assert {"type": "volume", "source": "workspace", "target": "/workspace"}.items() <= (
+        train["volumes"][0].items()
+    )
+    assert train["stop_grace_period"] == "2m0s"
+    assert all(port.get("host_ip") == "127.0.0.1" for port in train.get("ports", []))
+
+
+def test_cpu_override_drops_the_gpu_request() -> None:
+    train = config(*CPU)
+    assert "deploy" not in train
+    assert train["environment"]["DEVICE"] == "cpu"
+    assert config(*HOSTNET)["network_mode"] == "host"
+
+
+@pytest.mark.container
+def test_compose_up_trains_the_demo(image: str) -> None:
+    project = f"trainbox-test-{uuid.uuid4().hex[:8]}"
+    try:
+        up = compose(
+            "-p",
+            project,
+            *HOSTNET,
+            "up",
+            "--no-build",
+            "--exit-code-from",
+            "train",
+            image=image,
+            timeout=900,
+        )
+        assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
+        assert "epoch 3/3 done" in up.stdout
+        status = in_volume(image, f"{project}_workspace", "cat", "/workspace/runs/run/status.json")
+        assert json.loads(status)["state"] == "completed"
+        assert project not in docker("network", "ls", "--format", "{{.Name}}").stdout
+    finally:
+        compose("-p", project, *HOSTNET, "down", "--volumes", image=image)

@@ -124,36 +124,22 @@ def volume(engine: None) -> Iterator[str]:
     docker("volume", "rm", "--force", name)
 
 
-def run_container(image: str, volume: str, *args: str, **env: str) -> subprocess.CompletedProcess:
-    """``docker run`` the image on host networking with the volume on /workspace."""
-    flags = [item for key, value in env.items() for item in ("-e", f"{key}={value}")]
+def run_container(
+    image: str, volume: str, *args: str, env: dict[str, str] | None = None, options: tuple = ()
+) -> subprocess.CompletedProcess:
+    """``docker run`` the image on host networking with the volume on /workspace.
+
+    ``options`` are more ``docker run`` flags (mounts, ``--entrypoint``); ``args`` follow the image.
+    """
+    flags = [item for key, value in (env or {}).items() for item in ("-e", f"{key}={value}")]
     return docker(
-        "run",
-        "--rm",
-        "--network",
-        "host",
-        "-v",
-        f"{volume}:/workspace",
-        *flags,
-        image,
-        *args,
-        timeout=900,
-    )
+        "run", "--rm", "--network", "host", "-v", f"{volume}:/workspace", *options, *flags,
+        image, *args, timeout=900,
+    )  # fmt: skip
 
 
 def in_volume(image: str, volume: str, *command: str) -> str:
     """Run a command against the volume in a throwaway container; return its stdout."""
-    result = docker(
-        "run",
-        "--rm",
-        "--network",
-        "host",
-        "-v",
-        f"{volume}:/workspace",
-        "--entrypoint",
-        command[0],
-        image,
-        *command[1:],
-    )
+    result = run_container(image, volume, *command[1:], options=("--entrypoint", command[0]))
     assert result.returncode == 0, result.stderr
     return result.stdout

@@ -28,7 +28,7 @@ def status(image: str, volume: str, run: str = "run") -> dict:
 
 
 def test_demo_trains_to_the_end_and_a_second_run_reuses_its_data(image: str, volume: str) -> None:
-    first = run_container(image, volume, DEVICE="cpu")
+    first = run_container(image, volume, env={"DEVICE": "cpu"})
     assert first.returncode == 0, logs(first)[-4000:]
     for epoch in (1, 2, 3):
         assert f"epoch {epoch}/3 done" in logs(first)  # trainbox's line per epoch
@@ -50,14 +50,14 @@ def test_demo_trains_to_the_end_and_a_second_run_reuses_its_data(image: str, vol
 
     stamp = "stat -c %Y /workspace/data/demo/data.yaml /workspace/data/demo/images/train/0000.png"
     written_at = in_volume(image, volume, "sh", "-c", stamp)
-    second = run_container(image, volume, DEVICE="cpu", RUN_NAME="second")
+    second = run_container(image, volume, env={"DEVICE": "cpu", "RUN_NAME": "second"})
     assert second.returncode == 0, logs(second)[-4000:]
     assert "demo dataset reused from /workspace/data/demo" in logs(second)
     assert "written to" not in logs(second)
     assert in_volume(image, volume, "sh", "-c", stamp) == written_at
     assert status(image, volume, "second")["state"] == "completed"
 
-    again = run_container(image, volume, DEVICE="cpu")
+    again = run_container(image, volume, env={"DEVICE": "cpu"})
     assert again.returncode == 0, logs(again)
     assert "already completed: nothing to train" in logs(again)
     assert "supervisord started" not in logs(again)
@@ -75,19 +75,7 @@ def test_a_bad_setting_stops_before_training_with_one_line(
     image: str, volume: str, tmp_path: Path, env: dict[str, str], line: str
 ) -> None:
     (tmp_path / "run.yaml").write_text("epoch: 3\n")
-    flags = [f for key, value in env.items() for f in ("-e", f"{key}={value}")]
-    result = docker(
-        "run",
-        "--rm",
-        "--network",
-        "host",
-        "-v",
-        f"{volume}:/workspace",
-        "-v",
-        f"{tmp_path}:/config:ro",
-        *flags,
-        image,
-    )
+    result = run_container(image, volume, env=env, options=("-v", f"{tmp_path}:/config:ro"))
     assert result.returncode == ExitCode.CONFIG, logs(result)
     assert result.stdout == ""
     [message] = result.stderr.strip().splitlines()

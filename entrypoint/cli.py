@@ -46,6 +46,35 @@ def train() -> int:
     return training.main(config.load())
 
 
+@cli.group()
+def dataset_group() -> None:
+    """Datasets on the Hub."""
+
+
+cli.add_command(dataset_group, "dataset")
+
+
+@dataset_group.command()
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--repo", required=True, help="Hub dataset repo ORG/NAME (created if missing).")
+@click.option("--file", "name", default="", help="Name of the tar in the repo [NAME.tar].")
+@click.option("--private", is_flag=True, help="Create the repo private.")
+@click.option("--no-doctor", is_flag=True, help="Skip `libreyolo doctor` on FOLDER.")
+def pack(folder: Path, repo: str, name: str, private: bool, no_doctor: bool) -> None:
+    """Pack FOLDER (it holds data.yaml) as one tar and upload it to a Hub dataset repo.
+
+    Do it before renting a GPU: staging then costs only the download.
+    """
+    name = dataset.pack(folder, repo, name=name, private=private, check=not no_doctor)
+    click.echo(f"DATASET_REPO={repo}\nDATASET_FILE={name}")
+
+
+@dataset_group.command("stage")
+def stage_dataset() -> None:
+    """Stage the configured dataset on the volume without training, and print its data.yaml."""
+    click.echo(dataset.stage(config.load()))
+
+
 @cli.command("config")
 def show_config() -> None:
     """Print the settings this container would run with, after every override."""
@@ -64,6 +93,8 @@ def supervise_listener(status_file: Path) -> None:
 def main() -> None:
     """Entry point: run a subcommand, turn a TrainboxError into one line and its exit code."""
     logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s", stream=sys.stderr)
+    for chatty in ("httpx", "httpx2", "httpcore", "httpcore2"):  # a line per HTTP request
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
         code = cli.main(standalone_mode=False)
     except TrainboxError as err:

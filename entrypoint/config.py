@@ -68,6 +68,13 @@ def _name(raw: Any) -> str:
     return text
 
 
+def _repo(raw: Any) -> str:
+    text = _text(raw)
+    if text and not re.fullmatch(r"[\w.-]+/[\w.-]+", text):
+        raise ValueError("expected a Hub dataset repo as ORG/NAME")
+    return text
+
+
 def _path(raw: Any) -> Path:
     path = Path(_text(raw))
     if not path.is_absolute():
@@ -104,6 +111,14 @@ class Config:
         _text,
         "path of a YOLO `data.yaml` in the container; empty trains the built-in demo",
     )
+    dataset_repo: str = setting(
+        "", _repo, "Hub dataset repo `ORG/NAME` holding the dataset as one tar; staged once"
+    )
+    dataset_file: str = setting("", _text, "the tar in DATASET_REPO; empty means `NAME.tar`")
+    dataset_revision: str = setting("main", _text, "branch, tag or commit of DATASET_REPO")
+    doctor: bool = setting(
+        True, _bool, "check the dataset with `libreyolo doctor` before training; errors stop"
+    )
     epochs: int = setting(100, _int_at_least(1), "epochs to train")
     batch: int = setting(
         -1,
@@ -132,7 +147,12 @@ class Config:
     @property
     def is_demo(self) -> bool:
         """True when no dataset is configured and the built-in demo trains."""
-        return not self.data
+        return not (self.data or self.dataset_repo)
+
+    @property
+    def dataset_tar(self) -> str:
+        """The tar to stage from DATASET_REPO."""
+        return self.dataset_file or f"{self.dataset_repo.rpartition('/')[2]}.tar"
 
 
 KEYS = tuple(f.name for f in fields(Config))
@@ -191,7 +211,13 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
         env=True,
     )
     chosen = {**from_file, **from_env}
+    if chosen.get("data") and chosen.get("dataset_repo"):
+        raise TrainboxError(
+            "DATA and DATASET_REPO are both set: keep DATASET_REPO to stage the dataset "
+            "from the Hub, or DATA for one already in the container",
+            ExitCode.CONFIG,
+        )
     config = Config()
-    if not chosen.get("data"):
+    if not (chosen.get("data") or chosen.get("dataset_repo")):
         config = replace(config, **_read_yaml(DEMO_PRESET))
     return replace(config, **chosen)

@@ -10,6 +10,8 @@ class ExitCode(IntEnum):
     TRAINING_FAILED = 1
     CONFIG = 2
     DATASET = 3
+    DISK = 4
+    HUB = 5
     INTERRUPTED = 130
 
 

@@ -3,9 +3,14 @@
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.hub import Hub
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -25,9 +30,9 @@ def trainbox(
 
 
 @pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No trainbox setting leaks in from the machine running the tests."""
-    from entrypoint.config import KEYS
+def hub() -> Iterator["Hub"]:
+    """A fresh test Hub on 127.0.0.1."""
+    from tests.hub import Hub
 
-    for key in [*KEYS, "TRAINBOX_CONFIG"]:
-        monkeypatch.delenv(key.upper(), raising=False)
+    with Hub() as server:
+        yield server

@@ -1,0 +1,85 @@
+"""A Hub dataset in the real container: pack, stage, doctor, train, and staging only once."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from entrypoint import archive, demo
+from entrypoint.errors import ExitCode
+from tests.container.conftest import docker, in_volume, run_container
+from tests.hub import GOOD_TOKEN, Hub
+
+pytestmark = pytest.mark.container
+
+# A Hub dataset drops the demo preset: train the same tiny model from scratch.
+TINY = {"DEVICE": "cpu", "MODEL": "LibreYOLO9t.pt", "PRETRAINED": "false", "EPOCHS": "1",
+        "IMGSZ": "128", "BATCH": "8", "WORKERS": "0"}  # fmt: skip
+
+
+def hub_env(hub: Hub, **extra: str) -> dict[str, str]:
+    return {"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", **TINY, **extra}
+
+
+def test_pack_stage_and_train_from_the_hub(
+    image: str, volume: str, hub: Hub, tmp_path: Path
+) -> None:
+    demo.ensure(tmp_path / "shapes")
+    pack = docker(
+        "run", "--rm", "--network", "host", "-v", f"{tmp_path / 'shapes'}:/pack/shapes:ro",
+        "-e", f"HF_ENDPOINT={hub.url}", "-e", "HF_HUB_DISABLE_XET=1",
+        "-e", f"HF_TOKEN={GOOD_TOKEN}", image,
+        "dataset", "pack", "/pack/shapes", "--repo", "org/shapes", "--private",
+    )  # fmt: skip
+    assert pack.returncode == 0, pack.stderr[-3000:]
+    assert pack.stdout.splitlines() == ["DATASET_REPO=org/shapes", "DATASET_FILE=shapes.tar"]
+    assert GOOD_TOKEN not in pack.stdout + pack.stderr
+
+    env = hub_env(hub, DATASET_REPO="org/shapes", HF_TOKEN=GOOD_TOKEN)
+    first = run_container(image, volume, env=env)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+    assert "doctor: the dataset is healthy" in first.stderr
+    assert "epoch 1/1 done" in first.stdout
+    status = json.loads(in_volume(image, volume, "cat", "/workspace/runs/run/status.json"))
+    assert status["state"] == "completed"
+
+    second = run_container(image, volume, env={**env, "RUN_NAME": "again"})
+    assert second.returncode == 0, (second.stdout + second.stderr)[-4000:]
+    assert "already staged" in second.stderr
+    assert len(hub.downloads("shapes.tar")) == 1
+    assert GOOD_TOKEN not in in_volume(
+        image, volume, "sh", "-c", "cat -v $(find /workspace -type f -size -1M)"
+    )
+
+
+def test_doctor_errors_stop_the_run_and_leave_the_volume_as_it_was(
+    image: str, volume: str, hub: Hub, tmp_path: Path
+) -> None:
+    demo.ensure(tmp_path / "shapes")
+    (tmp_path / "shapes" / "labels" / "train" / "0000.txt").write_text("7 0.5 0.5 3.0 3.0\n")
+    archive.pack(tmp_path / "shapes", tmp_path / "shapes.tar")
+    hub.add("org/shapes", {"shapes.tar": (tmp_path / "shapes.tar").read_bytes()})
+    result = run_container(image, volume, env=hub_env(hub, DATASET_REPO="org/shapes"))
+    assert result.returncode == ExitCode.DATASET, result.stderr[-3000:]
+    [line] = [m for m in result.stderr.splitlines() if m.startswith("[trainbox] error:")]
+    assert "libreyolo doctor found 2 error(s)" in line and "DOCTOR=false" in line
+    assert in_volume(image, volume, "find", "/workspace/data").split() == ["/workspace/data"]
+
+
+def test_not_enough_disk_stops_before_downloading(image: str, hub: Hub, tmp_path: Path) -> None:
+    folder = tmp_path / "big"
+    folder.mkdir()
+    (folder / "data.yaml").write_text("names: {0: a}\n")
+    (folder / "blob.bin").write_bytes(b"\0" * 8_000_000)
+    archive.pack(folder, tmp_path / "big.tar")
+    hub.add("org/big", {"big.tar": (tmp_path / "big.tar").read_bytes()})
+    result = docker(
+        "run", "--rm", "--network", "host", "--mount",
+        "type=tmpfs,destination=/workspace,tmpfs-size=4000000",
+        *[f for k, v in hub_env(hub, DATASET_REPO="org/big").items() for f in ("-e", f"{k}={v}")],
+        image,
+    )  # fmt: skip
+    assert result.returncode == ExitCode.DISK, result.stderr[-3000:]
+    [line] = [m for m in result.stderr.splitlines() if m.startswith("[trainbox] error:")]
+    assert "not enough space on /workspace: the dataset needs about 0.01 GB" in line
+    assert hub.downloads("big.tar") == []

@@ -1,0 +1,103 @@
+"""Tar archives: packing is deterministic, extraction refuses anything that escapes."""
+
+import hashlib
+import io
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from entrypoint import archive
+from entrypoint.errors import ExitCode, TrainboxError
+
+
+def make_tar(*members: tuple[str, str, bytes | str]) -> bytes:
+    """A tar of (kind, name, payload): kind file/dir/sym/hard/dev."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for kind, name, payload in members:
+            info = tarfile.TarInfo(name)
+            if kind == "file":
+                info.size = len(payload)
+                tar.addfile(info, io.BytesIO(payload))
+                continue
+            info.type = {
+                "dir": tarfile.DIRTYPE,
+                "sym": tarfile.SYMTYPE,
+                "hard": tarfile.LNKTYPE,
+                "dev": tarfile.CHRTYPE,
+            }[kind]
+            info.linkname = payload if isinstance(payload, str) else ""
+            tar.addfile(info)
+    return buffer.getvalue()
+
+
+def extract(data: bytes, dest: Path, chunk: int = 7) -> archive.Reader:
+    chunks = (data[i : i + chunk] for i in range(0, len(data), chunk))
+    reader = archive.Reader(chunks, lambda _: None)
+    archive.extract(reader, dest)
+    return reader
+
+
+def test_extract_from_a_stream_hashes_every_byte(tmp_path: Path) -> None:
+    data = make_tar(
+        ("dir", "ds", b""),
+        ("file", "ds/a.txt", b"alpha"),
+        ("file", "ds/b/c", b"x" * 5000),
+        ("sym", "ds/link", "a.txt"),
+        ("hard", "ds/hard", "ds/a.txt"),
+    )
+    reader = extract(data, tmp_path, chunk=333)
+    assert reader.sha256.hexdigest() == hashlib.sha256(data).hexdigest()
+    assert reader.size == len(data)
+    assert (tmp_path / "ds/b/c").read_bytes() == b"x" * 5000
+    assert (tmp_path / "ds/link").read_text() == "alpha"
+    assert os.path.samefile(tmp_path / "ds/hard", tmp_path / "ds/a.txt")
+
+
+@pytest.mark.parametrize(
+    ("members", "why"),
+    [
+        ([("file", "../evil", b"x")], "absolute path or '..'"),
+        ([("file", "ds/../../evil", b"x")], "absolute path or '..'"),
+        ([("file", "/etc/evil", b"x")], "absolute path or '..'"),
+        ([("sym", "link", "/etc")], "links outside"),
+        ([("sym", "link", "../outside")], "links outside"),
+        ([("sym", "here", "."), ("sym", "here/up", "..")], "links outside"),
+        ([("dir", "d", b""), ("sym", "d/up", "../..")], "links outside"),
+        ([("hard", "hard", "../../etc/passwd")], "absolute path or '..'"),
+        ([("dev", "null", b"")], "device, fifo"),
+    ],
+)
+def test_unsafe_members_are_refused(tmp_path: Path, members: list, why: str) -> None:
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with pytest.raises(TrainboxError) as caught:
+        extract(make_tar(*members), dest)
+    assert caught.value.code == ExitCode.DATASET
+    assert why in str(caught.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dest"]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+def test_a_damaged_tar_is_an_error(tmp_path: Path, damage: str) -> None:
+    data = make_tar(("file", "a", b"a" * 4096), ("file", "b", b"b" * 4096))
+    data = data[:3000] if damage == "truncate" else os.urandom(len(data))
+    with pytest.raises(TrainboxError, match="truncated or corrupt"):
+        extract(data, tmp_path)
+
+
+def test_pack_is_deterministic_and_normalised(tmp_path: Path) -> None:
+    source = tmp_path / "shapes"
+    (source / "images").mkdir(parents=True)
+    (source / "data.yaml").write_text("names: {0: a}\n")
+    (source / "images" / "1.png").write_bytes(b"png")
+    archive.pack(source, tmp_path / "one.tar")
+    os.utime(source / "data.yaml", (1, 1))
+    (source / "images" / "1.png").chmod(0o600)
+    archive.pack(source, tmp_path / "two.tar")
+    assert (tmp_path / "one.tar").read_bytes() == (tmp_path / "two.tar").read_bytes()
+    with tarfile.open(tmp_path / "one.tar") as tar:
+        assert tar.getnames() == ["shapes/data.yaml", "shapes/images", "shapes/images/1.png"]
+        assert {(m.uid, m.uname, m.mtime) for m in tar} == {(0, "", 0)}

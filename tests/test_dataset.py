@@ -1,0 +1,201 @@
+"""Dataset staging from the Hub, end to end: the real `trainbox` command and the real
+huggingface_hub client against the test Hub on 127.0.0.1."""
+
+import hashlib
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from entrypoint import archive, demo
+from entrypoint.errors import ExitCode
+from tests.conftest import trainbox
+from tests.hub import GOOD_TOKEN, Fault, Hub
+
+REPO_ID = "org/shapes"
+
+
+def env_for(hub: Hub, workspace: Path, **extra: str) -> dict[str, str]:
+    return {
+        "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_HOME": str(workspace / "hf"),
+        "HF_TOKEN": "", "HF_TOKEN_FILE": "", "WORKSPACE": str(workspace), "DOCTOR": "false",
+        "DATASET_REPO": REPO_ID, "DATA": "", "TRAINBOX_CONFIG": "", **extra,
+    }  # fmt: skip
+
+
+def digests(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name not in ("data.yaml", ".trainbox-dataset.json")
+    }
+
+
+def tree(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    """A small YOLO dataset folder named like the repo."""
+    demo.ensure(tmp_path / "src" / "shapes")
+    return tmp_path / "src" / "shapes"
+
+
+@pytest.fixture
+def packed(hub: Hub, source: Path, tmp_path: Path) -> bytes:
+    """The dataset packed by `trainbox dataset pack` into the test Hub; its tar bytes."""
+    result = trainbox(
+        "dataset",
+        "pack",
+        str(source),
+        "--repo",
+        REPO_ID,
+        "--no-doctor",
+        env=env_for(hub, tmp_path / "ws", HF_TOKEN=GOOD_TOKEN),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"DATASET_REPO={REPO_ID}", "DATASET_FILE=shapes.tar"]
+    return hub.repos[f"datasets/{REPO_ID}"].files["shapes.tar"]
+
+
+def stage(hub: Hub, workspace: Path, **extra: str):
+    return trainbox("dataset", "stage", env=env_for(hub, workspace, **extra))
+
+
+def test_pack_then_stage_round_trip(hub: Hub, source: Path, packed: bytes, tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    result = stage(hub, workspace)
+    assert result.returncode == 0, result.stderr
+    data_yaml = Path(result.stdout.strip())
+    assert data_yaml == workspace / "data" / "shapes" / "shapes" / "data.yaml"
+    staged = data_yaml.parent
+    assert digests(staged) == digests(source)
+    assert yaml.safe_load(data_yaml.read_text())["path"] == str(staged)
+    marker = json.loads((workspace / "data" / "shapes" / ".trainbox-dataset.json").read_text())
+    assert marker["commit"] == hub.repos[f"datasets/{REPO_ID}"].commits[-1]
+    assert marker["sha256"] == hashlib.sha256(packed).hexdigest()
+    assert [p.name for p in (workspace / "data").iterdir()] == ["shapes"]
+
+
+def test_a_second_stage_downloads_nothing_and_a_new_commit_replaces_the_copy(
+    hub: Hub, source: Path, packed: bytes, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "ws"
+    assert stage(hub, workspace).returncode == 0
+    again = stage(hub, workspace)
+    assert again.returncode == 0, again.stderr
+    assert "already staged" in again.stderr
+    assert len(hub.downloads("shapes.tar")) == 1
+
+    (source / "extra.txt").write_text("new in this commit\n")
+    archive.pack(source, tmp_path / "new.tar")
+    hub.add(REPO_ID, {"shapes.tar": (tmp_path / "new.tar").read_bytes()})
+    newer = stage(hub, workspace)
+    assert newer.returncode == 0, newer.stderr
+    assert len(hub.downloads("shapes.tar")) == 2
+    assert (workspace / "data/shapes/shapes/extra.txt").read_text() == "new in this commit\n"
+    assert [p.name for p in (workspace / "data").iterdir()] == ["shapes"]
+
+
+def test_a_dropped_connection_and_hub_errors_are_survived(
+    hub: Hub, source: Path, packed: bytes, tmp_path: Path
+) -> None:
+    hub.faults += [
+        Fault("shapes.tar", status=503, methods=("HEAD",)),
+        Fault("shapes.tar", status=429, methods=("GET",)),
+        Fault("shapes.tar", drop_after=len(packed) // 2, methods=("GET",)),
+    ]
+    result = stage(hub, tmp_path / "ws")
+    assert result.returncode == 0, result.stderr
+    assert len(hub.downloads("shapes.tar")) == 3  # 429, cut halfway, resumed with a Range
+    assert digests(Path(result.stdout.strip()).parent) == digests(source)
+
+
+def test_an_unreachable_hub_trains_on_the_staged_copy(
+    hub: Hub, packed: bytes, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "ws"
+    first = stage(hub, workspace)
+    hub.faults.append(Fault("shapes.tar", status=503, times=99))
+    result = stage(hub, workspace)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == first.stdout
+    assert "training on the copy staged from commit" in result.stderr
+
+
+def test_a_private_repo_reads_the_token_from_a_file_and_never_shows_it(
+    hub: Hub, source: Path, tmp_path: Path
+) -> None:
+    archive.pack(source, tmp_path / "shapes.tar")
+    hub.add(REPO_ID, {"shapes.tar": (tmp_path / "shapes.tar").read_bytes()}, private=True)
+    (tmp_path / "token").write_text(GOOD_TOKEN + "\n")
+    workspace = tmp_path / "ws"
+    result = stage(hub, workspace, HF_TOKEN_FILE=str(tmp_path / "token"))
+    assert result.returncode == 0, result.stderr
+    assert GOOD_TOKEN not in result.stdout + result.stderr
+    for path in workspace.rglob("*"):
+        assert not path.is_file() or GOOD_TOKEN.encode() not in path.read_bytes(), path
+
+
+def tar_of(*members: tuple[str, bytes | str]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, payload in members:
+            info = tarfile.TarInfo(name)
+            if isinstance(payload, str):
+                info.type, info.linkname = tarfile.SYMTYPE, payload
+                tar.addfile(info)
+            else:
+                info.size = len(payload)
+                tar.addfile(info, io.BytesIO(payload))
+    return buffer.getvalue()
+
+
+GOOD = tar_of(("shapes/data.yaml", b"names: {0: a}\n"), ("shapes/x.txt", b"x" * 20000))
+BAD_INPUTS = {
+    "bad token": ({"HF_TOKEN": "hf_wrong"}, GOOD, "the Hub refused HF_TOKEN"),
+    "repo not found": ({"DATASET_REPO": "org/nope"}, GOOD, "DATASET_REPO=org/nope: not found"),
+    "gated repo": ({}, "gated", "gated; accept its conditions"),
+    "file not in repo": (
+        {"DATASET_FILE": "other.tar"},
+        GOOD,
+        "DATASET_FILE=other.tar: not in org/shapes at main",
+    ),
+    "unknown revision": (
+        {"DATASET_REVISION": "v9"},
+        GOOD,
+        "DATASET_REVISION=v9: no such branch, tag or commit",
+    ),
+    "truncated tar": ({}, GOOD[:15000], "truncated or corrupt"),
+    "corrupt tar": ({}, b"\x1f\x8b" + bytes(range(256)) * 40, "truncated or corrupt"),
+    "dot-dot": ({}, tar_of(("shapes/../../evil", b"x")), "has an absolute path or '..'"),
+    "absolute": ({}, tar_of(("/tmp/evil", b"x")), "has an absolute path or '..'"),
+    "escaping link": ({}, tar_of(("shapes/l", "../../../etc")), "links outside"),
+    "no data.yaml": ({}, tar_of(("shapes/x.txt", b"x")), "holds no data.yaml"),
+    "bad token file": ({"HF_TOKEN_FILE": "/nonexistent"}, GOOD, "HF_TOKEN_FILE=/nonexistent"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
+def test_each_bad_input_is_one_line_a_code_and_an_untouched_volume(
+    hub: Hub, tmp_path: Path, case: str
+) -> None:
+    extra, payload, line = BAD_INPUTS[case]
+    gated = payload == "gated"
+    hub.add(REPO_ID, {"shapes.tar": GOOD if gated else payload}, gated=gated)
+    workspace = tmp_path / "ws"
+    (workspace / "data" / "kept").mkdir(parents=True)
+    (workspace / "data" / "kept" / "file").write_text("from an earlier run\n")
+    before = tree(workspace)
+    result = stage(hub, workspace, **extra)
+    expected = (
+        ExitCode.CONFIG if "TOKEN_FILE" in case.upper().replace(" ", "_") else ExitCode.DATASET
+    )
+    assert result.returncode == expected, result.stderr
+    [message] = [m for m in result.stderr.splitlines() if m.startswith("[trainbox] error:")]
+    assert line in message
+    assert tree(workspace) == before

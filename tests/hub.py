@@ -26,9 +26,11 @@ class Repo:
     gated: bool = False
     files: dict[str, bytes] = field(default_factory=dict)
     commits: list[str] = field(default_factory=list)
+    sha256: dict[str, str] = field(default_factory=dict)
 
     def commit(self, files: dict[str, bytes]) -> str:
         self.files.update(files)
+        self.sha256.update({name: hashlib.sha256(data).hexdigest() for name, data in files.items()})
         digest = hashlib.sha1(f"{len(self.commits)}:{sorted(self.files)}".encode()).hexdigest()
         self.commits.append(digest)
         return digest
@@ -182,8 +184,7 @@ class Hub:
                 if name not in repo.files:
                     self._error(404, "EntryNotFound")
                     return
-                data = repo.files[name]
-                sha = hashlib.sha256(data).hexdigest()
+                data, sha = repo.files[name], repo.sha256[name]
                 start, end = 0, len(data) - 1
                 status = 200
                 if ranged := re.match(r"bytes=(\d+)-(\d*)", self.headers.get("Range", "")):

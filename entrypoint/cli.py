@@ -1,12 +1,15 @@
 """The ``trainbox`` command: a thin layer over the modules, one subcommand per step."""
 
+import json
 import logging
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import click
 
-from . import __version__, config, dataset, supervise
+from . import __version__, config, dataset, preflight, supervise
 from . import train as training
 from .errors import ExitCode, TrainboxError
 from .status import run_state
@@ -36,8 +39,24 @@ def run() -> int:
             "run %s already completed: nothing to train (set RUN_NAME for a new run)", cfg.run_dir
         )
         return ExitCode.OK
+    # Preflight in its own process: the CUDA context it opens must not outlive the check.
+    checked = subprocess.run([sys.executable, "-m", "entrypoint", "check"], check=False)
+    if checked.returncode:
+        return checked.returncode
+    workers = preflight.read(cfg)["workers"]
+    if workers != cfg.workers:
+        os.environ["WORKERS"] = str(workers)  # what the supervised train program will use
     dataset.stage(cfg)
     return supervise.run()
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+def check(as_json: bool) -> None:
+    """Prove this machine can train: driver, a real kernel on every GPU, shm, disk."""
+    result = preflight.run(config.load())
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
 
 
 @cli.command()

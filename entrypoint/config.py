@@ -48,6 +48,16 @@ def _bool(raw: Any) -> bool:
     raise ValueError("expected true or false")
 
 
+def _choice(*choices: str) -> Parser:
+    def parse(raw: Any) -> str:
+        text = str(raw).strip().lower()
+        if text not in choices:
+            raise ValueError(f"expected {' or '.join(choices)}")
+        return text
+
+    return parse
+
+
 def _device(raw: Any) -> str:
     text = str(raw).strip().lower().replace(" ", "")
     if text in {"auto", "cpu"} or re.fullmatch(r"\d+(,\d+)*", text):
@@ -127,6 +137,12 @@ class Config:
     )
     imgsz: int = setting(640, _int_at_least(32), "training image size in pixels")
     workers: int = setting(4, _int_at_least(0), "dataloader worker processes per GPU")
+    shm_policy: str = setting(
+        "lower",
+        _choice("lower", "stop"),
+        "when `/dev/shm` is under 1 GB and WORKERS > 0: `lower` WORKERS to 0 with a warning, "
+        "or `stop` with the fix",
+    )
     save_period: int = setting(
         10,
         _int_at_least(0),

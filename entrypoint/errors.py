@@ -12,6 +12,7 @@ class ExitCode(IntEnum):
     DATASET = 3
     DISK = 4
     HUB = 5
+    PREFLIGHT = 6
     INTERRUPTED = 130
 
 

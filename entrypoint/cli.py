@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from . import __version__, config, dataset, preflight, supervise
+from . import __version__, config, dataset, preflight, publish, resume, supervise, upload
 from . import train as training
 from .errors import ExitCode, TrainboxError
 from .status import run_state
@@ -43,11 +43,24 @@ def run() -> int:
     checked = subprocess.run([sys.executable, "-m", "entrypoint", "check"], check=False)
     if checked.returncode:
         return checked.returncode
-    workers = preflight.read(cfg)["workers"]
-    if workers != cfg.workers:
-        os.environ["WORKERS"] = str(workers)  # what the supervised train program will use
+    verdict = preflight.read(cfg)
+    if verdict["workers"] != cfg.workers:
+        os.environ["WORKERS"] = str(verdict["workers"])  # what the train program will use
+    previous = None
+    if cfg.output_repo:
+        previous = resume.fetch(cfg)  # before the start commit replaces the run's manifest
+        upload.prepare(cfg, publish.provenance(cfg, verdict, None))
+    else:
+        log.warning(
+            "OUTPUT_REPO is not set: the weights stay on this volume only; if the "
+            "machine goes, they go with it"
+        )
     dataset.stage(cfg)
-    return supervise.run()
+    manifest = publish.provenance(cfg, verdict, dataset.identity(cfg))
+    if previous:
+        resume.check_dataset(cfg, previous, manifest)
+    publish.write_manifest(cfg.run_dir, manifest)
+    return supervise.run(upload=bool(cfg.output_repo), stop_grace=cfg.stop_grace)
 
 
 @cli.command()
@@ -92,6 +105,20 @@ def pack(folder: Path, repo: str, name: str, private: bool, no_doctor: bool) -> 
 def stage_dataset() -> None:
     """Stage the configured dataset on the volume without training, and print its data.yaml."""
     click.echo(dataset.stage(config.load()))
+
+
+@cli.command("upload")
+@click.option(
+    "--result",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Where to write the final upload's exit code.",
+)
+def upload_command(result: Path) -> int:
+    """The supervised uploader (started by ``trainbox run`` when OUTPUT_REPO is set)."""
+    code = upload.main(config.load())
+    result.write_text(f"{int(code)}\n")
+    return code
 
 
 @cli.command("config")

@@ -81,7 +81,7 @@ def _name(raw: Any) -> str:
 def _repo(raw: Any) -> str:
     text = _text(raw)
     if text and not re.fullmatch(r"[\w.-]+/[\w.-]+", text):
-        raise ValueError("expected a Hub dataset repo as ORG/NAME")
+        raise ValueError("expected a Hub repo as ORG/NAME")
     return text
 
 
@@ -128,6 +128,29 @@ class Config:
     dataset_revision: str = setting("main", _text, "branch, tag or commit of DATASET_REPO")
     doctor: bool = setting(
         True, _bool, "check the dataset with `libreyolo doctor` before training; errors stop"
+    )
+    output_repo: str = setting(
+        "",
+        _repo,
+        "Hub model repo `ORG/NAME` (created private) that weights go to while training; empty: "
+        "the run stays on the volume",
+    )
+    upload_interval: int = setting(
+        30,
+        _int_at_least(1),
+        "seconds between upload cycles (each is one commit, if anything changed)",
+    )
+    max_commits_per_hour: int = setting(
+        100, _int_at_least(1), "upload commits per hour at most (the Hub allows about 128 per repo)"
+    )
+    stop_grace: int = setting(
+        110,
+        _int_at_least(5),
+        "seconds the final upload may take after training ends or SIGTERM; keep it under the "
+        "platform's stop grace period",
+    )
+    allow_dataset_change: bool = setting(
+        False, _bool, "resume a run from the Hub even if the dataset differs from its manifest's"
     )
     epochs: int = setting(100, _int_at_least(1), "epochs to train")
     batch: int = setting(

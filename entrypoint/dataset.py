@@ -50,6 +50,14 @@ def data_yaml(cfg: Config) -> Path:
     return folder(cfg) / "data.yaml"
 
 
+def identity(cfg: Config) -> dict:
+    """What the run trains on, for its manifest: the Hub commit and sha256, or the path."""
+    if cfg.dataset_repo:
+        marker = read_marker(folder(cfg))
+        return {key: marker.get(key) for key in ("repo", "file", "revision", "commit", "sha256")}
+    return {"data": cfg.data or "the built-in demo"}
+
+
 def stage(cfg: Config) -> Path:
     """Make the dataset ready on the volume, once; return its data.yaml."""
     if cfg.dataset_repo:

@@ -13,6 +13,7 @@ class ExitCode(IntEnum):
     DISK = 4
     HUB = 5
     PREFLIGHT = 6
+    UPLOAD = 7
     INTERRUPTED = 130
 
 

@@ -72,7 +72,7 @@ class RemoteFile:
         return self.etag if re.fullmatch(r"[0-9a-f]{64}", self.etag) else None
 
 
-def _status(err: BaseException) -> int | None:
+def status_of(err: BaseException) -> int | None:
     """The HTTP status of a client (``response.status_code``) or urllib (``code``) error."""
     status = getattr(getattr(err, "response", None), "status_code", None) or getattr(
         err, "code", None
@@ -80,17 +80,21 @@ def _status(err: BaseException) -> int | None:
     return status if isinstance(status, int) else None
 
 
-def _network(err: BaseException) -> bool:
-    """A failure to talk to the Hub at all: the client's transport errors, or the OS's."""
+def is_network_error(err: BaseException) -> bool:
+    """A failure to talk to the Hub at all (no HTTP answer): transport or OS errors."""
+    if status_of(err) is not None or isinstance(err, hub_errors.HfHubHTTPError):
+        return False  # an answer, even if an error (the client's errors are OSErrors too)
     return isinstance(err, OSError) or any(
         c.__name__ == "TransportError" for c in type(err).__mro__
     )
 
 
-def _transient(err: BaseException) -> bool:
-    """Worth retrying: 408, 429, 5xx, or a network failure."""
-    status = _status(err)
-    return status in RETRYABLE_STATUS if status is not None else _network(err)
+def _transient(err: BaseException, extra_status: frozenset[int] = frozenset()) -> bool:
+    """Worth retrying: 408, 429, 5xx (and ``extra_status``), or a network failure."""
+    status = status_of(err)
+    if status is not None:
+        return status in RETRYABLE_STATUS or status in extra_status
+    return is_network_error(err)
 
 
 def explain(
@@ -119,7 +123,7 @@ def explain(
             "check the name, or set HF_TOKEN (or HF_TOKEN_FILE)",
             ExitCode.DATASET,
         )
-    status = _status(err)
+    status = status_of(err)
     if status in (401, 403):
         return TrainboxError(
             f"the Hub refused HF_TOKEN ({status}): it is invalid, expired or lacks access; "
@@ -132,16 +136,23 @@ def explain(
     )
 
 
-def retrying(action: Callable[[], T], what: str, retries: int = RETRIES) -> T:
+def retrying(
+    action: Callable[[], T],
+    what: str,
+    retries: int = RETRIES,
+    extra_status: frozenset[int] = frozenset(),
+) -> T:
     """Run ``action``, retrying connection errors, 429 and 5xx with exponential backoff."""
     for attempt in range(retries + 1):
         try:
             return action()
         except Exception as err:
-            if not _transient(err) or attempt == retries:
+            if not _transient(err, extra_status) or attempt == retries:
                 raise
             delay = min(2**attempt, 30)
-            log.warning("%s: %s; retrying in %ss", what, _status(err) or type(err).__name__, delay)
+            log.warning(
+                "%s: %s; retrying in %ss", what, status_of(err) or type(err).__name__, delay
+            )
             time.sleep(delay)
     raise AssertionError("unreachable")
 
@@ -160,7 +171,7 @@ def remote_file(
             retries,
         )
     except Exception as err:
-        if not (isinstance(err, hub_errors.HfHubHTTPError) or _network(err)):
+        if not (isinstance(err, hub_errors.HfHubHTTPError) or is_network_error(err)):
             raise
         raise explain(err, repo, name, revision) from None
     return RemoteFile(
@@ -235,7 +246,7 @@ def upload(repo: str, local: Path, name: str, *, private: bool, repo_type: str =
             f"upload {name}",
         )
     except Exception as err:
-        if not (isinstance(err, hub_errors.HfHubHTTPError) or _network(err)):
+        if not (isinstance(err, hub_errors.HfHubHTTPError) or is_network_error(err)):
             raise
         raise explain(err, repo, setting="--repo") from None
     return info.oid

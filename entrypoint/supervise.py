@@ -24,22 +24,25 @@ TRAIN_PROGRAM = "train"
 STOP_WAIT_SECONDS = 60
 
 
-def render(runtime: Path, train_command: str) -> str:
+def render(runtime: Path, train_command: str, upload: bool = False, stop_grace: int = 110) -> str:
     """The supervisord config for one container run."""
     return Template(TEMPLATE.read_text()).substitute(
         runtime=runtime,
         python=sys.executable,
         train_command=train_command,
         stop_wait=STOP_WAIT_SECONDS,
+        upload=str(upload).lower(),
+        stop_grace=stop_grace,
     )
 
 
-def run(train_command: str | None = None) -> int:
-    """Run supervisord until training ends or a stop signal arrives; return the exit code."""
+def run(train_command: str | None = None, upload: bool = False, stop_grace: int = 110) -> int:
+    """Run supervisord until training ends or a stop signal arrives; return the exit code:
+    training's, unless the final upload failed (then UPLOAD: the weights are not safe)."""
     runtime = Path(tempfile.mkdtemp(prefix="trainbox-"))
     command = train_command or f"{sys.executable} -m entrypoint train"
     conf = runtime / "supervisord.conf"
-    conf.write_text(render(runtime, command))
+    conf.write_text(render(runtime, command, upload, stop_grace))
     supervisord = Path(sys.executable).with_name("supervisord")
     child = subprocess.Popen([str(supervisord), "--configuration", str(conf)])
     stopped_by: list[int] = []
@@ -52,6 +55,9 @@ def run(train_command: str | None = None) -> int:
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
     child.wait()
+    uploaded = runtime / "upload-status"
+    if upload and (not uploaded.is_file() or int(uploaded.read_text()) != ExitCode.OK):
+        return ExitCode.UPLOAD
     status = runtime / "exit-status"
     if status.is_file():
         return int(status.read_text())

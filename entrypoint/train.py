@@ -10,6 +10,7 @@ from typing import Any
 from .config import Config
 from .dataset import data_yaml
 from .errors import ExitCode, TrainboxError
+from .publish import Publisher
 
 log = logging.getLogger("trainbox")
 
@@ -56,9 +57,21 @@ def _build_model(cfg: Config) -> Any:
 
 
 def train(cfg: Config) -> None:
-    """Train until done; libreyolo writes status.json, metrics.jsonl, train.log, weights/."""
-    model = _build_model(cfg)
-    log.info("training %s on %s into %s", cfg.model, data_yaml(cfg), cfg.run_dir)
+    """Train until done; libreyolo writes status.json, metrics.jsonl, train.log, weights/.
+
+    An interrupted run in the volume resumes from its newest checkpoint that loads.
+    """
+    from .resume import checkpoint
+
+    resume_from = checkpoint(cfg)
+    if resume_from:
+        from libreyolo import LibreYOLO
+
+        model = LibreYOLO(str(resume_from), device="cpu" if cfg.device == "cpu" else "auto")
+        log.info("resuming %s from %s", cfg.run_dir, resume_from)
+    else:
+        model = _build_model(cfg)
+        log.info("training %s on %s into %s", cfg.model, data_yaml(cfg), cfg.run_dir)
     model.train(
         data=str(data_yaml(cfg)),
         epochs=cfg.epochs,
@@ -70,7 +83,8 @@ def train(cfg: Config) -> None:
         project=str(cfg.run_dir.parent),
         name=cfg.run_name,
         exist_ok=True,
-        callbacks=[EpochLog()],
+        resume=bool(resume_from),
+        callbacks=[EpochLog(), Publisher()],
     )
     log.info("training completed: weights in %s", cfg.run_dir / "weights")
 

@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote
 
 GOOD_TOKEN = "hf_testtoken_good"
+READ_TOKEN = "hf_testtoken_read"  # may read everything public and private, write nothing
 RESOLVE = re.compile(r"^/(?:(datasets|models)/)?([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
 
 
@@ -129,7 +130,7 @@ class Hub:
                 """None: a bad token; False: no access (a gated repo's terms are never
                 accepted here); True: access."""
                 auth = self.headers.get("Authorization", "")
-                if auth and auth != f"Bearer {GOOD_TOKEN}":
+                if auth and auth not in (f"Bearer {GOOD_TOKEN}", f"Bearer {READ_TOKEN}"):
                     return None
                 return not repo.gated and (bool(auth) or not repo.private)
 
@@ -146,6 +147,8 @@ class Hub:
                     return
                 if match := RESOLVE.match(path):
                     self._resolve(*match.groups(), fault)
+                elif self.command in ("POST", "PUT") and not self._may_write():
+                    self._body()
                 elif path == "/api/repos/create":
                     self._create(json.loads(self._body()))
                 elif match := re.match(r"^/api/(datasets|models)/(.+)/preupload/[^/]+$", path):
@@ -161,6 +164,17 @@ class Hub:
                     self._commit(f"{match.group(1)}/{match.group(2)}", self._body())
                 else:
                     self._error(404, None, f"no route for {self.command} {path}")
+
+            def _may_write(self) -> bool:
+                """Writes need the good token: a bad one is 401, the read-only one 403."""
+                auth = self.headers.get("Authorization", "")
+                if auth == f"Bearer {GOOD_TOKEN}" or self.path.startswith("/upload/"):
+                    return True
+                if auth == f"Bearer {READ_TOKEN}":
+                    self._error(403, None, "You don't have the rights to create or write here")
+                else:
+                    self._error(401, None, "Invalid credentials in Authorization header")
+                return False
 
             def _resolve(
                 self, kind: str | None, repo_id: str, revision: str, name: str, fault: Fault | None
@@ -235,8 +249,10 @@ class Hub:
                     else spec["name"]
                 )
                 key = f"{kind}/{repo_id}"
-                if key in hub.repos:
-                    self._error(409, None, "You already created this repo")
+                if key in hub.repos:  # the real Hub names the existing repo in its 409
+                    self._json(
+                        409, {"error": "You already created this repo", "url": f"{hub.url}/{key}"}
+                    )
                     return
                 hub.repos[key] = Repo(private=bool(spec.get("private")))
                 hub.repos[key].commit({})

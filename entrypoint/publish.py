@@ -1,0 +1,116 @@
+"""Consistent snapshots of a run, for the uploader and for resuming.
+
+libreyolo writes ``weights/*.pt`` with a plain ``torch.save``: read at the wrong moment, a
+file is half-written. Right after each save, in the trainer's own process (the
+``on_train_epoch_end`` callback), the run's files are copied into ``published/`` (temp file,
+fsync, rename), then ``published/index.json`` lists them with their sha256. The uploader
+reads only what the index lists, and a resume falls back on ``published/last.pt``.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from .atomic import write_atomic
+
+FOLDER = "published"
+INDEX = "index.json"
+MANIFEST = "manifest.json"
+SMALL_FILES = ("status.json", "metrics.jsonl", "results.csv", "summary.json", "train_config.yaml")
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _copy(source: Path, target: Path) -> None:
+    tmp = target.with_name(f".{target.name}.tmp")
+    with open(source, "rb") as src, open(tmp, "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+        dst.flush()
+        os.fsync(dst.fileno())
+    os.replace(tmp, target)
+
+
+def read_index(run_dir: Path) -> dict[str, Any]:
+    """The last published snapshot: {"epoch": N, "files": {name: sha256}}, or an empty one."""
+    try:
+        return json.loads((run_dir / FOLDER / INDEX).read_text())
+    except (OSError, ValueError):
+        return {"epoch": 0, "files": {}}
+
+
+def publish(run_dir: Path, epoch: int) -> dict[str, Any]:
+    """Copy the run's current files into ``published/`` and index them; unchanged ones are kept."""
+    out = run_dir / FOLDER
+    out.mkdir(parents=True, exist_ok=True)
+    before = read_index(run_dir)
+    sources = [run_dir / name for name in SMALL_FILES]
+    sources += sorted((run_dir / "weights").glob("*.pt"))
+    files = {}
+    for source in sources:
+        if not source.is_file():
+            continue
+        target = out / source.name
+        if target.is_file() and source.name in before["files"] and _same(source, target):
+            files[source.name] = before["files"][source.name]
+            continue
+        _copy(source, target)
+        files[source.name] = sha256(target)
+    if (out / MANIFEST).is_file():
+        files[MANIFEST] = sha256(out / MANIFEST)
+    index = {"epoch": epoch, "files": files}
+    write_atomic(out / INDEX, json.dumps(index, indent=2) + "\n")
+    return index
+
+
+def _same(source: Path, target: Path) -> bool:
+    """Unchanged since it was published: same size, and not written since (mtime)."""
+    src, dst = source.stat(), target.stat()
+    return src.st_size == dst.st_size and src.st_mtime_ns <= dst.st_mtime_ns
+
+
+def provenance(cfg: Any, verdict: dict[str, Any], dataset: dict[str, Any] | None) -> dict:
+    """Where a run's weights come from: versions, hardware, dataset, settings. No secrets:
+    the settings hold none (HF_TOKEN is read from the environment only where it is used)."""
+    from importlib.metadata import version
+
+    from . import __version__
+
+    return {
+        "run": cfg.run_name,
+        "trainbox": __version__,
+        "libreyolo": version("libreyolo"),
+        "torch": verdict.get("torch"),
+        "cuda": verdict.get("torch_cuda"),
+        "driver": verdict.get("driver"),
+        "gpus": [card["name"] for card in verdict.get("gpus", [])],
+        "dataset": dataset,
+        "settings": {key: str(value) for key, value in vars(cfg).items()},
+    }
+
+
+def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
+    """The run's provenance, published beside its weights (never a secret in it)."""
+    write_atomic(run_dir / FOLDER / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+
+
+class Publisher:
+    """The training callback that publishes after every epoch and at the end.
+
+    A plain class at module level: under DDP, callbacks must be picklable. libreyolo calls it
+    on the main process only.
+    """
+
+    def on_train_epoch_end(self, event: Any) -> None:
+        publish(Path(event.save_dir), event.epoch)
+
+    def on_train_end(self, event: Any) -> None:
+        publish(Path(event.save_dir), event.completed_epochs)

@@ -1,0 +1,221 @@
+"""Weights leave the container every epoch, survive Hub faults and stops, and a run resumes
+anywhere: on the same volume after a kill, or on an empty one from the Hub."""
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from entrypoint import archive, demo
+from entrypoint.errors import ExitCode
+from tests.container.conftest import docker, in_volume, run_container
+from tests.hub import GOOD_TOKEN, Fault, Hub
+
+pytestmark = pytest.mark.container
+
+REPO = "org/weights"
+
+
+def env_for(hub: Hub, **extra: str) -> dict[str, str]:
+    return {"DEVICE": "cpu", "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1",
+            "HF_TOKEN": GOOD_TOKEN, "OUTPUT_REPO": REPO, "UPLOAD_INTERVAL": "1",
+            **extra}  # fmt: skip
+
+
+def remote(hub: Hub, name: str) -> bytes | None:
+    repo = hub.repos.get(f"models/{REPO}")
+    return repo.files.get(f"run/{name}") if repo else None
+
+
+def local_sha(image: str, volume: str, path: str) -> str:
+    return in_volume(image, volume, "sha256sum", path).split()[0]
+
+
+def logs(result) -> str:
+    return result.stdout + result.stderr
+
+
+def test_every_epoch_is_uploaded_and_the_hub_matches_the_volume(
+    image: str, volume: str, hub: Hub
+) -> None:
+    result = run_container(image, volume, env=env_for(hub, EPOCHS="4"))
+    assert result.returncode == 0, logs(result)[-4000:]
+    epochs = [line for line in logs(result).splitlines() if "uploaded epoch" in line]
+    assert [line.split("uploaded epoch ")[1].split(":")[0] for line in epochs][-1] == "4"
+    uploads_of_last = [
+        name for name in logs(result).splitlines() if "uploaded epoch" in name and "last.pt" in name
+    ]
+    assert len(uploads_of_last) >= 3  # after (nearly) every epoch, not only at the end
+    ledger = json.loads(in_volume(image, volume, "cat", "/workspace/trainbox/ledger-run.json"))
+    index = json.loads(in_volume(image, volume, "cat", "/workspace/runs/run/published/index.json"))
+    assert index["epoch"] == 4
+    for name, digest in index["files"].items():
+        assert hashlib.sha256(remote(hub, name)).hexdigest() == digest, name
+        assert ledger["files"][f"run/{name}"]["sha256"] == digest
+    assert (
+        local_sha(image, volume, "/workspace/runs/run/weights/last.pt") == index["files"]["last.pt"]
+    )
+    manifest = json.loads(remote(hub, "manifest.json"))
+    assert manifest["dataset"] == {"data": "the built-in demo"}
+    assert manifest["torch"].startswith("2.14.1") and manifest["libreyolo"] == "1.6.0"
+
+
+def test_hub_faults_lose_nothing(image: str, volume: str, hub: Hub) -> None:
+    hub.faults += [
+        Fault("/commit/", status=429, times=2, methods=("POST",)),
+        Fault("/commit/", status=503, times=2, methods=("POST",)),
+        Fault("/commit/", status=412, times=2, methods=("POST",)),
+        Fault("/upload/", drop_after=1000, times=2, methods=("PUT",)),
+        Fault("/preupload/", status=500, times=2, methods=("POST",)),
+    ]
+    result = run_container(image, volume, env=env_for(hub, EPOCHS="3"))
+    assert result.returncode == 0, logs(result)[-4000:]
+    assert all(fault.times == 0 for fault in hub.faults)
+    index = json.loads(in_volume(image, volume, "cat", "/workspace/runs/run/published/index.json"))
+    for name, digest in index["files"].items():
+        assert hashlib.sha256(remote(hub, name)).hexdigest() == digest, name
+
+
+def test_a_bad_token_stops_before_training(image: str, volume: str, hub: Hub) -> None:
+    result = run_container(image, volume, env=env_for(hub, HF_TOKEN="hf_wrong"))
+    assert result.returncode == ExitCode.UPLOAD, logs(result)[-3000:]
+    [line] = [m for m in result.stderr.splitlines() if m.startswith("[trainbox] error:")]
+    assert "HF_TOKEN" in line and f"OUTPUT_REPO={REPO}" in line
+    assert "supervisord started" not in logs(result)
+
+
+def test_docker_stop_pushes_the_last_epoch_then_exits(image: str, volume: str, hub: Hub) -> None:
+    name = f"trainbox-stop-{volume[-8:]}"
+    flags = [f for k, v in env_for(hub, EPOCHS="50").items() for f in ("-e", f"{k}={v}")]
+    started = docker(
+        "run",
+        "-d",
+        "--name",
+        name,
+        "--network",
+        "host",
+        "-v",
+        f"{volume}:/workspace",
+        *flags,
+        image,
+    )
+    assert started.returncode == 0, started.stderr
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and "epoch 2/50 done" not in docker("logs", name).stdout:
+            time.sleep(1)
+        stop = docker("stop", "-t", "120", name)
+        assert stop.returncode == 0
+        code = int(docker("inspect", "--format", "{{.State.ExitCode}}", name).stdout)
+        log = docker("logs", name)
+    finally:
+        docker("rm", "-f", name)
+    assert code == ExitCode.INTERRUPTED, (log.stdout + log.stderr)[-4000:]
+    assert "final upload done" in log.stdout + log.stderr
+    index = json.loads(in_volume(image, volume, "cat", "/workspace/runs/run/published/index.json"))
+    assert index["epoch"] >= 2
+    assert hashlib.sha256(remote(hub, "last.pt")).hexdigest() == index["files"]["last.pt"]
+
+
+def test_a_torn_checkpoint_resumes_from_the_published_copy(
+    image: str, volume: str, hub: Hub
+) -> None:
+    env = {"DEVICE": "cpu", "EPOCHS": "2"}
+    first = run_container(image, volume, env=env)
+    assert first.returncode == 0, logs(first)[-3000:]
+    # What a kill in the middle of torch.save leaves: a torn last.pt, a run still "running".
+    tear = (
+        "import json, pathlib; run = pathlib.Path('/workspace/runs/run');"
+        "p = run / 'weights/last.pt'; p.write_bytes(p.read_bytes()[:1000]);"
+        "s = json.loads((run / 'status.json').read_text()); s['state'] = 'running';"
+        "(run / 'status.json').write_text(json.dumps(s))"
+    )
+    in_volume(image, volume, "python", "-c", tear)
+    again = run_container(image, volume, env={**env, "EPOCHS": "3"})
+    assert again.returncode == 0, logs(again)[-4000:]
+    assert "is torn (killed while saving): resuming from the published copy" in logs(again)
+    assert "epoch 3/3 done" in logs(again) and "epoch 1/3 done" not in logs(again)
+    status = json.loads(in_volume(image, volume, "cat", "/workspace/runs/run/status.json"))
+    assert status["state"] == "completed"  # (its completed_epochs counts this session's only)
+    metrics = in_volume(image, volume, "cat", "/workspace/runs/run/metrics.jsonl").splitlines()
+    assert [json.loads(row)["epoch"] for row in metrics] == [1, 2, 3]
+
+
+def test_an_empty_volume_resumes_from_the_hub_at_the_next_epoch(
+    image: str, volume: str, hub: Hub, tmp_path: Path
+) -> None:
+    first = run_container(image, volume, env=env_for(hub, EPOCHS="2"))
+    assert first.returncode == 0, logs(first)[-3000:]
+    # Same run, longer, on a brand-new volume: it continues from the Hub's epoch 2.
+    fresh = f"{volume}-new"
+    try:
+        again = run_container(image, fresh, env=env_for(hub, EPOCHS="3"))
+        assert again.returncode == 0, logs(again)[-4000:]
+        assert f"resuming run run from the last.pt on {REPO}" in logs(again)
+        assert "epoch 3/3 done" in logs(again) and "epoch 1/3 done" not in logs(again)
+        # The same run on other data is refused, unless allowed.
+        demo.ensure(tmp_path / "shapes")
+        archive.pack(tmp_path / "shapes", tmp_path / "shapes.tar")
+        hub.add("org/shapes", {"shapes.tar": (tmp_path / "shapes.tar").read_bytes()})
+        other = {
+            "DATASET_REPO": "org/shapes",
+            "DOCTOR": "false",
+            "MODEL": "LibreYOLO9t.pt",
+            "PRETRAINED": "false",
+            "IMGSZ": "128",
+            "BATCH": "8",
+            "WORKERS": "0",
+        }
+        changed = run_container(image, fresh + "2", env=env_for(hub, EPOCHS="4", **other))
+        assert changed.returncode == ExitCode.CONFIG, logs(changed)[-3000:]
+        [line] = [m for m in changed.stderr.splitlines() if m.startswith("[trainbox] error:")]
+        commit = hub.repos["datasets/org/shapes"].commits[-1][:12]
+        assert line.endswith(
+            "run 'run' on OUTPUT_REPO was trained on the built-in demo, this container has "
+            f"org/shapes@{commit}: set ALLOW_DATASET_CHANGE=true to resume on it, or a new "
+            "RUN_NAME"
+        )
+    finally:
+        docker("volume", "rm", "-f", fresh, fresh + "2")
+
+
+def test_the_token_is_nowhere(image: str, volume: str, hub: Hub) -> None:
+    name = f"trainbox-token-{volume[-8:]}"
+    flags = [f for k, v in env_for(hub, EPOCHS="2").items() for f in ("-e", f"{k}={v}")]
+    assert (
+        docker(
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--network",
+            "host",
+            "-v",
+            f"{volume}:/workspace",
+            *flags,
+            image,
+        ).returncode
+        == 0
+    )
+    try:
+        deadline = time.monotonic() + 120
+        rendered = ""
+        while time.monotonic() < deadline and "[program:train]" not in rendered:
+            rendered = docker(
+                "exec", name, "sh", "-c", "cat /tmp/trainbox-*/supervisord.conf"
+            ).stdout
+            time.sleep(0.5)
+        assert "[program:train]" in rendered
+        docker("wait", name)
+        log = docker("logs", name)
+    finally:
+        docker("rm", "-f", name)
+    holding = in_volume(image, volume, "sh", "-c", f"grep -rlF {GOOD_TOKEN} /workspace; true")
+    uploaded = b"".join(data for repo in hub.repos.values() for data in repo.files.values())
+    assert holding == ""
+    for where in (rendered, log.stdout, log.stderr):
+        assert GOOD_TOKEN not in where
+    assert GOOD_TOKEN.encode() not in uploaded
+    assert hub.repos[f"models/{REPO}"].files  # something was uploaded, and searched

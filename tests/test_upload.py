@@ -1,0 +1,97 @@
+"""Publishing and uploading on the host: the real huggingface_hub client against the test Hub.
+(The trainer's side, and the stops and resumes, are in tests/container/test_upload.py.)"""
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from entrypoint import config, publish, upload
+from tests.hub import GOOD_TOKEN, READ_TOKEN, Fault, Hub
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Path:
+    run_dir = tmp_path / "runs" / "run"
+    (run_dir / "weights").mkdir(parents=True)
+    (run_dir / "weights" / "last.pt").write_bytes(b"epoch 1 weights" * 1000)
+    (run_dir / "status.json").write_text('{"state": "running"}')
+    return run_dir
+
+
+@pytest.fixture
+def cfg(hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> config.Config:
+    monkeypatch.setenv("HF_TOKEN", GOOD_TOKEN)
+    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", hub.url)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_DISABLE_XET", True, raising=False)
+    return config.load({"WORKSPACE": str(tmp_path), "OUTPUT_REPO": "org/w"})
+
+
+def test_publish_copies_consistently_and_skips_what_did_not_change(run: Path) -> None:
+    first = publish.publish(run, 1)
+    assert first["files"]["last.pt"] == hashlib.sha256(b"epoch 1 weights" * 1000).hexdigest()
+    stamp = (run / "published" / "last.pt").stat().st_mtime_ns
+    assert publish.publish(run, 1)["files"] == first["files"]
+    assert (run / "published" / "last.pt").stat().st_mtime_ns == stamp  # not copied again
+    (run / "weights" / "last.pt").write_bytes(b"epoch 2")
+    second = publish.publish(run, 2)
+    assert second["files"]["last.pt"] == hashlib.sha256(b"epoch 2").hexdigest()
+    assert json.loads((run / "published" / "index.json").read_text()) == second
+
+
+def test_one_commit_per_cycle_with_only_what_changed(hub: Hub, cfg, run: Path) -> None:
+    hub.add("org/w", {}, kind="models")
+    publish.publish(run, 1)
+    uploader = upload.Uploader(cfg)
+    assert uploader.push() is True
+    assert hub.repos["models/org/w"].files["run/last.pt"] == b"epoch 1 weights" * 1000
+    commits = len(hub.repos["models/org/w"].commits)
+    assert uploader.push() is True and len(hub.repos["models/org/w"].commits) == commits
+    (run / "weights" / "last.pt").write_bytes(b"epoch 2")
+    publish.publish(run, 2)
+    assert uploader.pending()[1].keys() == {"last.pt"}
+    assert uploader.push() is True
+    assert hub.repos["models/org/w"].files["run/last.pt"] == b"epoch 2"
+    ledger = json.loads(upload.ledger_path(cfg).read_text())
+    assert ledger["files"]["run/last.pt"]["sha256"] == hashlib.sha256(b"epoch 2").hexdigest()
+    assert ledger["files"]["run/last.pt"]["commit"] == hub.repos["models/org/w"].commits[-1]
+
+
+def test_faults_are_retried_and_the_commit_limit_holds(hub: Hub, cfg, run: Path) -> None:
+    hub.add("org/w", {}, kind="models")
+    hub.faults += [
+        Fault("/commit/", status=412, methods=("POST",)),
+        Fault("/commit/", status=429, methods=("POST",)),
+        Fault("/upload/", drop_after=10, methods=("PUT",)),
+    ]
+    publish.publish(run, 1)
+    limited = upload.Uploader(config.load({**vars_env(cfg), "MAX_COMMITS_PER_HOUR": "1"}))
+    assert limited.push() is True
+    assert all(fault.times == 0 for fault in hub.faults)
+    (run / "weights" / "last.pt").write_bytes(b"epoch 2")
+    publish.publish(run, 2)
+    assert limited.push() is False  # one commit this hour already
+    assert hub.repos["models/org/w"].files["run/last.pt"] != b"epoch 2"
+
+
+def vars_env(cfg: config.Config) -> dict[str, str]:
+    return {"WORKSPACE": str(cfg.workspace), "OUTPUT_REPO": cfg.output_repo}
+
+
+@pytest.mark.parametrize(("token", "status"), [("hf_wrong", 401), (READ_TOKEN, 403)])
+def test_a_token_that_cannot_write_stops_at_start(
+    hub: Hub, cfg, monkeypatch: pytest.MonkeyPatch, token: str, status: int
+) -> None:
+    hub.add("org/w", {}, kind="models")
+    monkeypatch.setenv("HF_TOKEN", token)
+    with pytest.raises(upload.TrainboxError) as caught:
+        upload.prepare(cfg, {"run": "run"})
+    assert str(caught.value).startswith(f"HF_TOKEN cannot write OUTPUT_REPO=org/w ({status})")
+    assert token not in str(caught.value)
+
+
+def test_an_unreachable_hub_does_not_hold_training_back(cfg, monkeypatch) -> None:
+    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr("entrypoint.hub.time.sleep", lambda _: None)
+    upload.prepare(cfg, {"run": "run"})  # warns, does not raise

@@ -1,5 +1,6 @@
 """The ``trainbox`` command: a thin layer over the modules, one subcommand per step."""
 
+import contextlib
 import json
 import logging
 import os
@@ -9,10 +10,9 @@ from pathlib import Path
 
 import click
 
-from . import __version__, config, dataset, preflight, publish, resume, supervise, upload
+from . import __version__, config, dataset, preflight, publish, resume, status, supervise, upload
 from . import train as training
 from .errors import ExitCode, TrainboxError
-from .status import run_state
 
 log = logging.getLogger("trainbox")
 
@@ -34,14 +34,28 @@ def run() -> int:
         cfg.run_name,
         cfg.device,
     )
-    if run_state(cfg.run_dir) == "completed":
+    status.record(cfg.workspace, "preflight", fresh=True, run=cfg.run_name)
+    try:
+        code = _job(cfg)
+    except TrainboxError as err:
+        status.record(cfg.workspace, "failed", exit_code=int(err.code), reason=str(err))
+        raise
+    status.record(cfg.workspace, status.ended(code), exit_code=int(code))
+    return code
+
+
+def _job(cfg: config.Config) -> int:
+    if status.run_state(cfg.run_dir) == "completed":
         log.info(
             "run %s already completed: nothing to train (set RUN_NAME for a new run)", cfg.run_dir
         )
-        return ExitCode.OK
+        # A final upload that failed last time is retried: completed is not yet safe.
+        return upload.flush(cfg) if cfg.output_repo else ExitCode.OK
     # Preflight in its own process: the CUDA context it opens must not outlive the check.
     checked = subprocess.run([sys.executable, "-m", "entrypoint", "check"], check=False)
     if checked.returncode:
+        with contextlib.suppress(OSError, ValueError):
+            status.record(cfg.workspace, "failed", reason=preflight.read(cfg)["error"])
         return checked.returncode
     verdict = preflight.read(cfg)
     if verdict["workers"] != cfg.workers:
@@ -55,11 +69,13 @@ def run() -> int:
             "OUTPUT_REPO is not set: the weights stay on this volume only; if the "
             "machine goes, they go with it"
         )
+    status.record(cfg.workspace, "staging")
     dataset.stage(cfg)
     manifest = publish.provenance(cfg, verdict, dataset.identity(cfg))
     if previous:
         resume.check_dataset(cfg, previous, manifest)
     publish.write_manifest(cfg.run_dir, manifest)
+    status.record(cfg.workspace, "training")
     return supervise.run(upload=bool(cfg.output_repo), stop_grace=cfg.stop_grace)
 
 

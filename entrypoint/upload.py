@@ -21,6 +21,7 @@ from typing import Any
 
 from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub import errors as hub_errors
+from huggingface_hub.utils import disable_progress_bars
 
 from . import __version__, hub
 from .atomic import write_atomic
@@ -34,6 +35,7 @@ COMMIT_RETRYABLE = frozenset({412})  # the branch moved under the commit: retry 
 
 
 def api() -> HfApi:
+    disable_progress_bars()  # a bar per file per epoch would drown the container's log
     return HfApi(token=hub.token(), library_name="trainbox", library_version=__version__)
 
 
@@ -178,6 +180,12 @@ def main(cfg: Config) -> int:
     uploader = Uploader(cfg)
     while not stop.wait(cfg.upload_interval):
         uploader.push(retries=2)
+    return flush(cfg, uploader)
+
+
+def flush(cfg: Config, uploader: Uploader | None = None) -> int:
+    """Push what is pending within STOP_GRACE; OK only if the Hub then holds it all."""
+    uploader = uploader or Uploader(cfg)
     deadline = time.monotonic() + cfg.stop_grace - 5
     log.info("final upload to %s ...", cfg.output_repo)
     while time.monotonic() < deadline:

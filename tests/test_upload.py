@@ -95,3 +95,17 @@ def test_an_unreachable_hub_does_not_hold_training_back(cfg, monkeypatch) -> Non
     monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.setattr("entrypoint.hub.time.sleep", lambda _: None)
     upload.prepare(cfg, {"run": "run"})  # warns, does not raise
+
+
+def test_a_failed_final_upload_says_so_and_a_later_flush_completes_it(
+    hub: Hub, cfg, run: Path
+) -> None:
+    hub.add("org/w", {}, kind="models")
+    publish.publish(run, 1)
+    hub.faults.append(Fault("/preupload/", status=503, times=1000, methods=("POST",)))
+    short = config.load({**vars_env(cfg), "STOP_GRACE": "8"})
+    assert upload.flush(short) == upload.ExitCode.UPLOAD
+    assert "run/last.pt" not in hub.repos["models/org/w"].files
+    hub.faults.clear()
+    assert upload.flush(short) == upload.ExitCode.OK
+    assert hub.repos["models/org/w"].files["run/last.pt"] == b"epoch 1 weights" * 1000

@@ -35,6 +35,8 @@ def test_demo_trains_to_the_end_and_a_second_run_reuses_its_data(image: str, vol
         assert f"Epoch {epoch} - Average loss" in logs(first)  # libreyolo's own
     assert "demo dataset written to /workspace/data/demo" in logs(first)
     assert status(image, volume)["state"] == "completed"
+    container = json.loads(in_volume(image, volume, "cat", "/workspace/trainbox/status.json"))
+    assert (container["phase"], container["exit_code"], container["run"]) == ("completed", 0, "run")
     weights = in_volume(
         image,
         volume,

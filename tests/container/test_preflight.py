@@ -30,6 +30,9 @@ def test_auto_without_a_gpu_stops_before_the_dataset_is_touched(
     assert hub.requests == []
     verdict = json.loads(in_volume(image, volume, "cat", "/workspace/trainbox/preflight.json"))
     assert verdict["ok"] is False and verdict["exit_code"] == ExitCode.PREFLIGHT
+    state = json.loads(in_volume(image, volume, "cat", "/workspace/trainbox/status.json"))
+    assert (state["phase"], state["exit_code"]) == ("failed", ExitCode.PREFLIGHT)
+    assert state["reason"].startswith("no GPU visible")
 
 
 def test_check_on_the_cpu_reports_and_passes(image: str, volume: str) -> None:

@@ -113,6 +113,8 @@ def test_docker_stop_pushes_the_last_epoch_then_exits(image: str, volume: str, h
     finally:
         docker("rm", "-f", name)
     assert code == ExitCode.INTERRUPTED, (log.stdout + log.stderr)[-4000:]
+    state = json.loads(in_volume(image, volume, "cat", "/workspace/trainbox/status.json"))
+    assert (state["phase"], state["exit_code"]) == ("interrupted", ExitCode.INTERRUPTED)
     assert "final upload done" in log.stdout + log.stderr
     index = json.loads(in_volume(image, volume, "cat", "/workspace/runs/run/published/index.json"))
     assert index["epoch"] >= 2

@@ -62,8 +62,16 @@ def _job(cfg: config.Config) -> int:
         os.environ["WORKERS"] = str(verdict["workers"])  # what the train program will use
     previous = None
     if cfg.output_repo:
-        previous = resume.fetch(cfg)  # before the start commit replaces the run's manifest
-        upload.prepare(cfg, publish.provenance(cfg, verdict, None))
+        previous = resume.fetch(cfg)
+        if status.run_state(cfg.run_dir) == "completed":
+            log.info(
+                "run %s already completed on %s: nothing to train (set RUN_NAME for a new run)",
+                cfg.run_name,
+                cfg.output_repo,
+            )
+            return ExitCode.OK
+        if previous is None:  # a new run: prove write access before anything slow
+            upload.prepare(cfg, publish.provenance(cfg, verdict, None))
     else:
         log.warning(
             "OUTPUT_REPO is not set: the weights stay on this volume only; if the "
@@ -72,8 +80,9 @@ def _job(cfg: config.Config) -> int:
     status.record(cfg.workspace, "staging")
     dataset.stage(cfg)
     manifest = publish.provenance(cfg, verdict, dataset.identity(cfg))
-    if previous:
+    if previous:  # the Hub keeps the run's manifest until the resume is known to be right
         resume.check_dataset(cfg, previous, manifest)
+        upload.prepare(cfg, manifest)
     publish.write_manifest(cfg.run_dir, manifest)
     status.record(cfg.workspace, "training")
     return supervise.run(upload=bool(cfg.output_repo), stop_grace=cfg.stop_grace)

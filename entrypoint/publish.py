@@ -10,7 +10,6 @@ reads only what the index lists, and a resume falls back on ``published/last.pt`
 import hashlib
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +29,18 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _copy(source: Path, target: Path) -> None:
+def _copy(source: Path, target: Path) -> str:
+    """Copy atomically (temp file, fsync, rename), hashing on the way; return the sha256."""
     tmp = target.with_name(f".{target.name}.tmp")
+    digest = hashlib.sha256()
     with open(source, "rb") as src, open(tmp, "wb") as dst:
-        shutil.copyfileobj(src, dst, 1 << 20)
+        while chunk := src.read(1 << 20):
+            digest.update(chunk)
+            dst.write(chunk)
         dst.flush()
         os.fsync(dst.fileno())
     os.replace(tmp, target)
+    return digest.hexdigest()
 
 
 def read_index(run_dir: Path) -> dict[str, Any]:
@@ -62,8 +66,7 @@ def publish(run_dir: Path, epoch: int) -> dict[str, Any]:
         if target.is_file() and source.name in before["files"] and _same(source, target):
             files[source.name] = before["files"][source.name]
             continue
-        _copy(source, target)
-        files[source.name] = sha256(target)
+        files[source.name] = _copy(source, target)
     if (out / MANIFEST).is_file():
         files[MANIFEST] = sha256(out / MANIFEST)
     index = {"epoch": epoch, "files": files}

@@ -55,48 +55,55 @@ def checkpoint(cfg: Config) -> Path | None:
 def fetch(cfg: Config) -> dict[str, Any] | None:
     """On a volume without this run, bring its last.pt and manifest down from OUTPUT_REPO.
 
-    Returns the run's manifest when there was one to resume. A Hub that cannot be asked stops
-    the run: starting over would overwrite the Hub's newer weights with epoch 1.
+    Returns the run's manifest when there was one to resume. A run the Hub says completed
+    gets its status.json only, so that it is not trained again. A Hub that cannot be asked
+    stops the run: starting over would overwrite the Hub's newer weights with epoch 1.
     """
     if not cfg.output_repo or run_state(cfg.run_dir) or (cfg.run_dir / "weights").exists():
         return None
-    files = {}
     with tempfile.TemporaryDirectory(dir=cfg.workspace) as scratch:
-        for name in (MANIFEST, "last.pt"):
-            try:
-                files[name] = Path(
-                    hub.retrying(
-                        lambda n=name: hf_hub_download(
-                            cfg.output_repo,
-                            f"{cfg.run_name}/{n}",
-                            local_dir=scratch,
-                            token=hub.token(),
-                        ),
-                        f"download {name}",
-                    )
-                )
-            except (hub_errors.EntryNotFoundError, hub_errors.RepositoryNotFoundError):
-                return None  # nothing to resume: a new run
-            except Exception as err:
-                if not (isinstance(err, hub_errors.HfHubHTTPError) or hub.is_network_error(err)):
-                    raise
-                if hub.status_of(err) in (401, 403):
-                    raise TrainboxError(
-                        f"the Hub refused HF_TOKEN for OUTPUT_REPO={cfg.output_repo} "
-                        f"({hub.status_of(err)}): use a token with write access to it",
-                        ExitCode.UPLOAD,
-                    ) from None
-                raise TrainboxError(
-                    f"cannot ask OUTPUT_REPO={cfg.output_repo} for run {cfg.run_name!r} to "
-                    f"resume ({hub.status_of(err) or type(err).__name__}): start again later, "
-                    "or set a new RUN_NAME",
-                    ExitCode.HUB,
-                ) from None
-        (cfg.run_dir / "weights").mkdir(parents=True, exist_ok=True)
-        shutil.move(files["last.pt"], cfg.run_dir / "weights" / "last.pt")
-        manifest = json.loads(files[MANIFEST].read_text())
-    log.info("resuming run %s from the last.pt on %s", cfg.run_name, cfg.output_repo)
-    return manifest
+        remote_status = _download(cfg, "status.json", scratch)
+        if remote_status is None:
+            return None  # nothing to resume: a new run
+        cfg.run_dir.mkdir(parents=True, exist_ok=True)
+        if json.loads(remote_status.read_text()).get("state") == "completed":
+            shutil.move(remote_status, cfg.run_dir / "status.json")
+            log.info("run %s is completed on %s", cfg.run_name, cfg.output_repo)
+            return None
+        manifest, last = _download(cfg, MANIFEST, scratch), _download(cfg, "last.pt", scratch)
+        if manifest is None or last is None:
+            return None
+        (cfg.run_dir / "weights").mkdir(exist_ok=True)
+        shutil.move(last, cfg.run_dir / "weights" / "last.pt")
+        log.info("resuming run %s from the last.pt on %s", cfg.run_name, cfg.output_repo)
+        return json.loads(manifest.read_text())
+
+
+def _download(cfg: Config, name: str, folder: str) -> Path | None:
+    """One file of this run from OUTPUT_REPO, or None when it is not there."""
+    try:
+        return Path(hub.retrying(
+            lambda: hf_hub_download(cfg.output_repo, f"{cfg.run_name}/{name}", local_dir=folder,
+                                    token=hub.token()),
+            f"download {name}",
+        ))  # fmt: skip
+    except (hub_errors.EntryNotFoundError, hub_errors.RepositoryNotFoundError):
+        return None
+    except Exception as err:
+        if not (isinstance(err, hub_errors.HfHubHTTPError) or hub.is_network_error(err)):
+            raise
+        if hub.status_of(err) in (401, 403):
+            raise TrainboxError(
+                f"the Hub refused HF_TOKEN for OUTPUT_REPO={cfg.output_repo} "
+                f"({hub.status_of(err)}): use a token with write access to it",
+                ExitCode.UPLOAD,
+            ) from None
+        raise TrainboxError(
+            f"cannot ask OUTPUT_REPO={cfg.output_repo} for run {cfg.run_name!r} to resume "
+            f"({hub.status_of(err) or type(err).__name__}): start again later, or set a new "
+            "RUN_NAME",
+            ExitCode.HUB,
+        ) from None
 
 
 def check_dataset(cfg: Config, previous: dict[str, Any], current: dict[str, Any]) -> None:

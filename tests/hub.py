@@ -27,11 +27,18 @@ class Repo:
     gated: bool = False
     files: dict[str, bytes] = field(default_factory=dict)
     commits: list[str] = field(default_factory=list)
-    sha256: dict[str, str] = field(default_factory=dict)
+    hashes: dict[str, tuple[bytes, str]] = field(default_factory=dict)
+
+    def sha256(self, name: str) -> str:
+        """A file's sha256, computed once per content, when first asked."""
+        data = self.files[name]
+        cached = self.hashes.get(name)
+        if cached is None or cached[0] is not data:
+            cached = self.hashes[name] = (data, hashlib.sha256(data).hexdigest())
+        return cached[1]
 
     def commit(self, files: dict[str, bytes]) -> str:
         self.files.update(files)
-        self.sha256.update({name: hashlib.sha256(data).hexdigest() for name, data in files.items()})
         digest = hashlib.sha1(f"{len(self.commits)}:{sorted(self.files)}".encode()).hexdigest()
         self.commits.append(digest)
         return digest
@@ -198,7 +205,7 @@ class Hub:
                 if name not in repo.files:
                     self._error(404, "EntryNotFound")
                     return
-                data, sha = repo.files[name], repo.sha256[name]
+                data, sha = repo.files[name], repo.sha256(name)
                 start, end = 0, len(data) - 1
                 status = 200
                 if ranged := re.match(r"bytes=(\d+)-(\d*)", self.headers.get("Range", "")):

@@ -34,12 +34,13 @@ def docker(*args: str) -> str:
 
 def seconds_per_epoch(image: str, epochs: int, env: dict[str, str]) -> float:
     volume = f"trainbox-bench-{uuid.uuid4().hex[:8]}"
-    flags = [f for k, v in {"DEVICE": "cpu", "EPOCHS": str(epochs), **env}.items()
+    run = {"DEVICE": "cpu", "EPOCHS": str(epochs), "RUN_NAME": volume}  # a new run every time
+    flags = [f for k, v in {**run, **env}.items()
              for f in ("-e", f"{k}={v}")]  # fmt: skip
     try:
         docker("run", "--rm", "--network", "host", "-v", f"{volume}:/workspace", *flags, image)
         status = docker("run", "--rm", "-v", f"{volume}:/workspace", "--entrypoint", "cat",
-                        image, "/workspace/runs/run/status.json")  # fmt: skip
+                        image, f"/workspace/runs/{volume}/status.json")  # fmt: skip
     finally:
         subprocess.run([DOCKER, "volume", "rm", "-f", volume], capture_output=True)
     return json.loads(status)["total_seconds"] / epochs

@@ -86,39 +86,67 @@ def test_a_bad_token_stops_before_training(image: str, volume: str, hub: Hub) ->
     assert "supervisord started" not in logs(result)
 
 
-def test_docker_stop_pushes_the_last_epoch_then_exits(image: str, volume: str, hub: Hub) -> None:
+def test_docker_stop_pushes_the_last_epoch_and_a_new_volume_resumes_from_the_hub(
+    image: str, volume: str, hub: Hub, tmp_path: Path
+) -> None:
     name = f"trainbox-stop-{volume[-8:]}"
     flags = [f for k, v in env_for(hub, EPOCHS="50").items() for f in ("-e", f"{k}={v}")]
-    started = docker(
-        "run",
-        "-d",
-        "--name",
-        name,
-        "--network",
-        "host",
-        "-v",
-        f"{volume}:/workspace",
-        *flags,
-        image,
-    )
+    started = docker("run", "-d", "--name", name, "--network", "host", "-v",
+                     f"{volume}:/workspace", *flags, image)  # fmt: skip
     assert started.returncode == 0, started.stderr
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and "epoch 2/50 done" not in docker("logs", name).stdout:
             time.sleep(1)
-        stop = docker("stop", "-t", "120", name)
-        assert stop.returncode == 0
+        assert docker("stop", "-t", "120", name).returncode == 0
         code = int(docker("inspect", "--format", "{{.State.ExitCode}}", name).stdout)
         log = docker("logs", name)
     finally:
         docker("rm", "-f", name)
     assert code == ExitCode.INTERRUPTED, (log.stdout + log.stderr)[-4000:]
+    assert "final upload done" in log.stdout + log.stderr
     state = json.loads(in_volume(image, volume, "cat", "/workspace/trainbox/status.json"))
     assert (state["phase"], state["exit_code"]) == ("interrupted", ExitCode.INTERRUPTED)
-    assert "final upload done" in log.stdout + log.stderr
     index = json.loads(in_volume(image, volume, "cat", "/workspace/runs/run/published/index.json"))
     assert index["epoch"] >= 2
     assert hashlib.sha256(remote(hub, "last.pt")).hexdigest() == index["files"]["last.pt"]
+
+    fresh = [f"{volume}-{n}" for n in range(3)]
+    try:
+        # On other data, the run is refused unless allowed.
+        demo.ensure(tmp_path / "shapes")
+        archive.pack(tmp_path / "shapes", tmp_path / "shapes.tar")
+        hub.add("org/shapes", {"shapes.tar": (tmp_path / "shapes.tar").read_bytes()})
+        other = {
+            "DATASET_REPO": "org/shapes",
+            "DOCTOR": "false",
+            "MODEL": "LibreYOLO9t.pt",
+            "PRETRAINED": "false",
+            "IMGSZ": "128",
+            "BATCH": "8",
+            "WORKERS": "0",
+        }
+        changed = run_container(image, fresh[0], env=env_for(hub, EPOCHS="5", **other))
+        assert changed.returncode == ExitCode.CONFIG, logs(changed)[-3000:]
+        [line] = [m for m in changed.stderr.splitlines() if m.startswith("[trainbox] error:")]
+        commit = hub.repos["datasets/org/shapes"].commits[-1][:12]
+        assert line.endswith(
+            "run 'run' on OUTPUT_REPO was trained on the built-in demo, this container has "
+            f"org/shapes@{commit}: set ALLOW_DATASET_CHANGE=true to resume on it, or a new "
+            "RUN_NAME"
+        )
+        # A brand-new volume continues from the Hub's last.pt, not from epoch 1.
+        again = run_container(image, fresh[1], env=env_for(hub, EPOCHS="5"))
+        assert again.returncode == 0, logs(again)[-4000:]
+        assert f"resuming run run from the last.pt on {REPO}" in logs(again)
+        assert "epoch 5/5 done" in logs(again) and "epoch 1/5 done" not in logs(again)
+        # Completed on the Hub: another new volume trains nothing.
+        done = run_container(image, fresh[2], env=env_for(hub, EPOCHS="5"))
+        assert done.returncode == 0, logs(done)[-3000:]
+        assert f"already completed on {REPO}: nothing to train" in logs(done)
+        assert "supervisord started" not in logs(done)
+    finally:
+        docker("volume", "rm", "-f", *fresh)
 
 
 def test_a_torn_checkpoint_resumes_from_the_published_copy(
@@ -143,44 +171,6 @@ def test_a_torn_checkpoint_resumes_from_the_published_copy(
     assert status["state"] == "completed"  # (its completed_epochs counts this session's only)
     metrics = in_volume(image, volume, "cat", "/workspace/runs/run/metrics.jsonl").splitlines()
     assert [json.loads(row)["epoch"] for row in metrics] == [1, 2, 3]
-
-
-def test_an_empty_volume_resumes_from_the_hub_at_the_next_epoch(
-    image: str, volume: str, hub: Hub, tmp_path: Path
-) -> None:
-    first = run_container(image, volume, env=env_for(hub, EPOCHS="2"))
-    assert first.returncode == 0, logs(first)[-3000:]
-    # Same run, longer, on a brand-new volume: it continues from the Hub's epoch 2.
-    fresh = f"{volume}-new"
-    try:
-        again = run_container(image, fresh, env=env_for(hub, EPOCHS="3"))
-        assert again.returncode == 0, logs(again)[-4000:]
-        assert f"resuming run run from the last.pt on {REPO}" in logs(again)
-        assert "epoch 3/3 done" in logs(again) and "epoch 1/3 done" not in logs(again)
-        # The same run on other data is refused, unless allowed.
-        demo.ensure(tmp_path / "shapes")
-        archive.pack(tmp_path / "shapes", tmp_path / "shapes.tar")
-        hub.add("org/shapes", {"shapes.tar": (tmp_path / "shapes.tar").read_bytes()})
-        other = {
-            "DATASET_REPO": "org/shapes",
-            "DOCTOR": "false",
-            "MODEL": "LibreYOLO9t.pt",
-            "PRETRAINED": "false",
-            "IMGSZ": "128",
-            "BATCH": "8",
-            "WORKERS": "0",
-        }
-        changed = run_container(image, fresh + "2", env=env_for(hub, EPOCHS="4", **other))
-        assert changed.returncode == ExitCode.CONFIG, logs(changed)[-3000:]
-        [line] = [m for m in changed.stderr.splitlines() if m.startswith("[trainbox] error:")]
-        commit = hub.repos["datasets/org/shapes"].commits[-1][:12]
-        assert line.endswith(
-            "run 'run' on OUTPUT_REPO was trained on the built-in demo, this container has "
-            f"org/shapes@{commit}: set ALLOW_DATASET_CHANGE=true to resume on it, or a new "
-            "RUN_NAME"
-        )
-    finally:
-        docker("volume", "rm", "-f", fresh, fresh + "2")
 
 
 def test_the_token_is_nowhere(image: str, volume: str, hub: Hub) -> None:

@@ -1,16 +1,13 @@
 """The ``trainbox`` command: a thin layer over the modules, one subcommand per step."""
 
-import contextlib
 import json
 import logging
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import click
 
-from . import __version__, config, dataset, preflight, publish, resume, status, supervise, upload
+from . import __version__, config, dataset, job, preflight, supervise, upload
 from . import train as training
 from .errors import ExitCode, TrainboxError
 
@@ -26,66 +23,7 @@ def cli() -> None:
 @cli.command()
 def run() -> int:
     """The container's job: check the settings, stage the dataset, train under supervisord."""
-    cfg = config.load()
-    log.info(
-        "trainbox %s: %s run %r on %s",
-        __version__,
-        "demo" if cfg.is_demo else "dataset",
-        cfg.run_name,
-        cfg.device,
-    )
-    status.record(cfg.workspace, "preflight", fresh=True, run=cfg.run_name)
-    try:
-        code = _job(cfg)
-    except TrainboxError as err:
-        status.record(cfg.workspace, "failed", exit_code=int(err.code), reason=str(err))
-        raise
-    status.record(cfg.workspace, status.ended(code), exit_code=int(code))
-    return code
-
-
-def _job(cfg: config.Config) -> int:
-    if status.run_state(cfg.run_dir) == "completed":
-        log.info(
-            "run %s already completed: nothing to train (set RUN_NAME for a new run)", cfg.run_dir
-        )
-        # A final upload that failed last time is retried: completed is not yet safe.
-        return upload.flush(cfg) if cfg.output_repo else ExitCode.OK
-    # Preflight in its own process: the CUDA context it opens must not outlive the check.
-    checked = subprocess.run([sys.executable, "-m", "entrypoint", "check"], check=False)
-    if checked.returncode:
-        with contextlib.suppress(OSError, ValueError):
-            status.record(cfg.workspace, "failed", reason=preflight.read(cfg)["error"])
-        return checked.returncode
-    verdict = preflight.read(cfg)
-    if verdict["workers"] != cfg.workers:
-        os.environ["WORKERS"] = str(verdict["workers"])  # what the train program will use
-    previous = None
-    if cfg.output_repo:
-        previous = resume.fetch(cfg)
-        if status.run_state(cfg.run_dir) == "completed":
-            log.info(
-                "run %s already completed on %s: nothing to train (set RUN_NAME for a new run)",
-                cfg.run_name,
-                cfg.output_repo,
-            )
-            return ExitCode.OK
-        if previous is None:  # a new run: prove write access before anything slow
-            upload.prepare(cfg, publish.provenance(cfg, verdict, None))
-    else:
-        log.warning(
-            "OUTPUT_REPO is not set: the weights stay on this volume only; if the "
-            "machine goes, they go with it"
-        )
-    status.record(cfg.workspace, "staging")
-    dataset.stage(cfg)
-    manifest = publish.provenance(cfg, verdict, dataset.identity(cfg))
-    if previous:  # the Hub keeps the run's manifest until the resume is known to be right
-        resume.check_dataset(cfg, previous, manifest)
-        upload.prepare(cfg, manifest)
-    publish.write_manifest(cfg.run_dir, manifest)
-    status.record(cfg.workspace, "training")
-    return supervise.run(upload=bool(cfg.output_repo), stop_grace=cfg.stop_grace)
+    return job.run(config.load())
 
 
 @cli.command()

@@ -1,0 +1,82 @@
+"""The container's job, start to end: preflight, resume, dataset, training, uploads.
+
+Each step is its own module; this one only puts them in order and records the phase in the
+container's status file. Data flows one way: config -> preflight -> dataset -> training ->
+upload.
+"""
+
+import contextlib
+import logging
+import os
+import subprocess
+import sys
+
+from . import __version__, dataset, preflight, publish, resume, status, supervise, upload
+from .config import Config
+from .errors import ExitCode, TrainboxError
+
+log = logging.getLogger("trainbox")
+
+
+def run(cfg: Config) -> int:
+    """Run the job; return the container's exit code, recording how it ended."""
+    log.info(
+        "trainbox %s: %s run %r on %s",
+        __version__,
+        "demo" if cfg.is_demo else "dataset",
+        cfg.run_name,
+        cfg.device,
+    )
+    status.record(cfg.workspace, "preflight", fresh=True, run=cfg.run_name)
+    try:
+        code = _steps(cfg)
+    except TrainboxError as err:
+        status.record(cfg.workspace, "failed", exit_code=int(err.code), reason=str(err))
+        raise
+    status.record(cfg.workspace, status.ended(code), exit_code=int(code))
+    return code
+
+
+def _steps(cfg: Config) -> int:
+    """The steps in order; each returns early with the exit code when the job ends there."""
+    if status.run_state(cfg.run_dir) == "completed":
+        log.info(
+            "run %s already completed: nothing to train (set RUN_NAME for a new run)", cfg.run_dir
+        )
+        # A final upload that failed last time is retried: completed is not yet safe.
+        return upload.flush(cfg) if cfg.output_repo else ExitCode.OK
+    # Preflight in its own process: the CUDA context it opens must not outlive the check.
+    checked = subprocess.run([sys.executable, "-m", "entrypoint", "check"], check=False)
+    if checked.returncode:
+        with contextlib.suppress(OSError, ValueError):
+            status.record(cfg.workspace, "failed", reason=preflight.read(cfg)["error"])
+        return checked.returncode
+    verdict = preflight.read(cfg)
+    if verdict["workers"] != cfg.workers:
+        os.environ["WORKERS"] = str(verdict["workers"])  # what the train program will use
+    previous = None
+    if cfg.output_repo:
+        previous = resume.fetch(cfg)
+        if status.run_state(cfg.run_dir) == "completed":
+            log.info(
+                "run %s already completed on %s: nothing to train (set RUN_NAME for a new run)",
+                cfg.run_name,
+                cfg.output_repo,
+            )
+            return ExitCode.OK
+        if previous is None:  # a new run: prove write access before anything slow
+            upload.prepare(cfg, publish.provenance(cfg, verdict, None))
+    else:
+        log.warning(
+            "OUTPUT_REPO is not set: the weights stay on this volume only; if the "
+            "machine goes, they go with it"
+        )
+    status.record(cfg.workspace, "staging")
+    dataset.stage(cfg)
+    manifest = publish.provenance(cfg, verdict, dataset.identity(cfg))
+    if previous:  # the Hub keeps the run's manifest until the resume is known to be right
+        resume.check_dataset(cfg, previous, manifest)
+        upload.prepare(cfg, manifest)
+    publish.write_manifest(cfg.run_dir, manifest)
+    status.record(cfg.workspace, "training")
+    return supervise.run(upload=bool(cfg.output_repo), stop_grace=cfg.stop_grace)

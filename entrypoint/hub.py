@@ -89,7 +89,12 @@ def is_network_error(err: BaseException) -> bool:
     )
 
 
-def _transient(err: BaseException, extra_status: frozenset[int] = frozenset()) -> bool:
+def is_hub_failure(err: BaseException) -> bool:
+    """The Hub answered with an error, or could not be reached: not a bug of ours."""
+    return isinstance(err, hub_errors.HfHubHTTPError) or is_network_error(err)
+
+
+def is_transient(err: BaseException, extra_status: frozenset[int] = frozenset()) -> bool:
     """Worth retrying: 408, 429, 5xx (and ``extra_status``), or a network failure."""
     status = status_of(err)
     if status is not None:
@@ -147,7 +152,7 @@ def retrying(
         try:
             return action()
         except Exception as err:
-            if not _transient(err, extra_status) or attempt == retries:
+            if not is_transient(err, extra_status) or attempt == retries:
                 raise
             delay = min(2**attempt, 30)
             log.warning(
@@ -171,7 +176,7 @@ def remote_file(
             retries,
         )
     except Exception as err:
-        if not (isinstance(err, hub_errors.HfHubHTTPError) or is_network_error(err)):
+        if not is_hub_failure(err):
             raise
         raise explain(err, repo, name, revision) from None
     return RemoteFile(
@@ -246,7 +251,7 @@ def upload(repo: str, local: Path, name: str, *, private: bool, repo_type: str =
             f"upload {name}",
         )
     except Exception as err:
-        if not (isinstance(err, hub_errors.HfHubHTTPError) or is_network_error(err)):
+        if not is_hub_failure(err):
             raise
         raise explain(err, repo, setting="--repo") from None
     return info.oid

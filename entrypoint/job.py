@@ -76,7 +76,8 @@ def _steps(cfg: Config) -> int:
     manifest = publish.provenance(cfg, verdict, dataset.identity(cfg))
     if previous:  # the Hub keeps the run's manifest until the resume is known to be right
         resume.check_dataset(cfg, previous, manifest)
-        upload.prepare(cfg, manifest)
-    publish.write_manifest(cfg.run_dir, manifest)
+        upload.prepare(cfg, manifest)  # writes it here too
+    else:
+        publish.write_manifest(cfg.run_dir, manifest)
     status.record(cfg.workspace, "training")
     return supervise.run(upload=bool(cfg.output_repo), stop_grace=cfg.stop_grace)

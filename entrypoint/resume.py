@@ -90,7 +90,7 @@ def _download(cfg: Config, name: str, folder: str) -> Path | None:
     except (hub_errors.EntryNotFoundError, hub_errors.RepositoryNotFoundError):
         return None
     except Exception as err:
-        if not (isinstance(err, hub_errors.HfHubHTTPError) or hub.is_network_error(err)):
+        if not hub.is_hub_failure(err):
             raise
         if hub.status_of(err) in (401, 403):
             raise TrainboxError(

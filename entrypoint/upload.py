@@ -73,7 +73,7 @@ def prepare(cfg: Config, manifest: dict[str, Any]) -> None:
             retries=2,
         )
     except Exception as err:
-        if hub.is_network_error(err) or hub.status_of(err) in hub.RETRYABLE_STATUS:
+        if hub.is_transient(err):
             log.warning(
                 "the Hub is unreachable (%s): training goes on, the uploader keeps retrying",
                 hub.status_of(err) or type(err).__name__,
@@ -151,7 +151,7 @@ class Uploader:
                 extra_status=COMMIT_RETRYABLE,
             )
         except Exception as err:
-            if not (isinstance(err, hub_errors.HfHubHTTPError) or hub.is_network_error(err)):
+            if not hub.is_hub_failure(err):
                 raise
             self.last_error = f"{hub.status_of(err) or type(err).__name__}"
             log.warning("upload of epoch %d failed (%s); will retry", epoch, self.last_error)

@@ -1,18 +1,22 @@
-"""Atomic writes for files that other processes read."""
+"""Atomic writes for files that other processes read: temp file, fsync, rename."""
 
+import hashlib
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half."""
+@contextmanager
+def _replacing(path: Path) -> Iterator[BinaryIO]:
+    """A temp file beside ``path`` that replaces it, complete and synced, when the block ends."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    raw = data.encode() if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(raw)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -24,3 +28,19 @@ def write_atomic(path: Path, data: str | bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half."""
+    with _replacing(path) as handle:
+        handle.write(data.encode() if isinstance(data, str) else data)
+
+
+def copy_atomic(source: Path, target: Path) -> str:
+    """Copy ``source`` to ``target`` atomically, hashing on the way; return the sha256."""
+    digest = hashlib.sha256()
+    with open(source, "rb") as src, _replacing(target) as dst:
+        while chunk := src.read(1 << 20):
+            digest.update(chunk)
+            dst.write(chunk)
+    return digest.hexdigest()

@@ -102,8 +102,7 @@ def _stage_from_hub(cfg: Config) -> Path:
         log.info("dataset %s@%s already staged in %s", remote.repo, remote.commit[:12], target)
         return target / marker["data_yaml"]
     _check_space(cfg.workspace, remote.size)
-    _download(remote, target, cfg.doctor)
-    return target / read_marker(target)["data_yaml"]
+    return _download(remote, target, cfg.doctor)
 
 
 def _check_space(workspace: Path, size: int) -> None:
@@ -123,8 +122,9 @@ def _gb(size: int) -> str:
     return f"{size / 1e9:.2f} GB"
 
 
-def _download(remote: hub.RemoteFile, target: Path, check: bool) -> None:
-    """Stream the tar into a hidden folder, verify, doctor, then swap it into place."""
+def _download(remote: hub.RemoteFile, target: Path, check: bool) -> Path:
+    """Stream the tar into a hidden folder, verify, doctor, then swap it into place; return
+    the staged data.yaml."""
     from tqdm import tqdm
 
     partial = target.with_name(f".{target.name}.partial")
@@ -185,6 +185,7 @@ def _download(remote: hub.RemoteFile, target: Path, check: bool) -> None:
         shutil.rmtree(partial, ignore_errors=True)
         raise
     log.info("dataset staged: %d files, sha256 %s", members, digest[:16])
+    return target / relative
 
 
 def _find_yaml(root: Path, name: str) -> Path:

@@ -9,11 +9,10 @@ reads only what the index lists, and a resume falls back on ``published/last.pt`
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-from .atomic import write_atomic
+from .atomic import copy_atomic, write_atomic
 
 FOLDER = "published"
 INDEX = "index.json"
@@ -26,20 +25,6 @@ def sha256(path: Path) -> str:
     with open(path, "rb") as handle:
         while chunk := handle.read(1 << 20):
             digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _copy(source: Path, target: Path) -> str:
-    """Copy atomically (temp file, fsync, rename), hashing on the way; return the sha256."""
-    tmp = target.with_name(f".{target.name}.tmp")
-    digest = hashlib.sha256()
-    with open(source, "rb") as src, open(tmp, "wb") as dst:
-        while chunk := src.read(1 << 20):
-            digest.update(chunk)
-            dst.write(chunk)
-        dst.flush()
-        os.fsync(dst.fileno())
-    os.replace(tmp, target)
     return digest.hexdigest()
 
 
@@ -66,7 +51,7 @@ def publish(run_dir: Path, epoch: int) -> dict[str, Any]:
         if target.is_file() and source.name in before["files"] and _same(source, target):
             files[source.name] = before["files"][source.name]
             continue
-        files[source.name] = _copy(source, target)
+        files[source.name] = copy_atomic(source, target)
     if (out / MANIFEST).is_file():
         files[MANIFEST] = sha256(out / MANIFEST)
     index = {"epoch": epoch, "files": files}

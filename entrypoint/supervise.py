@@ -15,6 +15,7 @@ from pathlib import Path
 from string import Template
 
 from .atomic import write_atomic
+from .config import Config
 from .errors import ExitCode
 
 log = logging.getLogger("trainbox")
@@ -24,7 +25,9 @@ TRAIN_PROGRAM = "train"
 STOP_WAIT_SECONDS = 60
 
 
-def render(runtime: Path, train_command: str, upload: bool = False, stop_grace: int = 110) -> str:
+def render(
+    runtime: Path, train_command: str, upload: bool = False, stop_grace: int = Config.stop_grace
+) -> str:
     """The supervisord config for one container run."""
     return Template(TEMPLATE.read_text()).substitute(
         runtime=runtime,
@@ -36,7 +39,9 @@ def render(runtime: Path, train_command: str, upload: bool = False, stop_grace: 
     )
 
 
-def run(train_command: str | None = None, upload: bool = False, stop_grace: int = 110) -> int:
+def run(
+    train_command: str | None = None, upload: bool = False, stop_grace: int = Config.stop_grace
+) -> int:
     """Run supervisord until training ends or a stop signal arrives; return the exit code:
     training's, unless the final upload failed (then UPLOAD: the weights are not safe)."""
     runtime = Path(tempfile.mkdtemp(prefix="trainbox-"))

@@ -35,13 +35,14 @@ class EpochLog:
         )
 
 
-def _build_model(cfg: Config) -> Any:
-    """The model to train: published weights, or the architecture MODEL names, from scratch."""
+def _build_model(cfg: Config, resume_from: Path | None) -> Any:
+    """The model to train: an interrupted run's checkpoint, published weights, or the
+    architecture MODEL names, from scratch."""
     model_device = "cpu" if cfg.device == "cpu" else "auto"
-    if cfg.pretrained:
+    if resume_from or cfg.pretrained:
         from libreyolo import LibreYOLO
 
-        return LibreYOLO(cfg.model, device=model_device)
+        return LibreYOLO(str(resume_from or cfg.model), device=model_device)
     # The registry the libreyolo CLI itself uses to map a model name to its architecture.
     from libreyolo.cli.config import detect_family_from_model_ref, get_model_class
 
@@ -64,13 +65,10 @@ def train(cfg: Config) -> None:
     from .resume import checkpoint
 
     resume_from = checkpoint(cfg)
+    model = _build_model(cfg, resume_from)
     if resume_from:
-        from libreyolo import LibreYOLO
-
-        model = LibreYOLO(str(resume_from), device="cpu" if cfg.device == "cpu" else "auto")
         log.info("resuming %s from %s", cfg.run_dir, resume_from)
     else:
-        model = _build_model(cfg)
         log.info("training %s on %s into %s", cfg.model, data_yaml(cfg), cfg.run_dir)
     model.train(
         data=str(data_yaml(cfg)),

@@ -199,3 +199,26 @@ def test_each_bad_input_is_one_line_a_code_and_an_untouched_volume(
     [message] = [m for m in result.stderr.splitlines() if m.startswith("[trainbox] error:")]
     assert line in message
     assert tree(workspace) == before
+
+
+def test_pack_stage_doctor_train_round_trip_on_the_host(
+    hub: Hub, source: Path, packed: bytes, tmp_path: Path
+) -> None:
+    """`trainbox run` outside Docker: stage from the test Hub, doctor, train on the CPU."""
+    workspace = tmp_path / "ws"
+    settings = {
+        "DOCTOR": "true", "DEVICE": "cpu", "MODEL": "LibreYOLO9t.pt", "PRETRAINED": "false",
+        "EPOCHS": "1", "BATCH": "8", "IMGSZ": "128", "WORKERS": "0", "RUN_NAME": "host",
+    }  # fmt: skip
+    result = trainbox("run", env=env_for(hub, workspace, **settings), timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    staged = workspace / "data" / "shapes" / "shapes"
+    assert digests(staged) == digests(source)
+    assert "doctor: the dataset is healthy" in result.stderr
+    run = workspace / "runs" / "host"
+    assert json.loads((run / "status.json").read_text())["state"] == "completed"
+    assert str(staged / "data.yaml") in yaml.safe_load((run / "train_config.yaml").read_text())[
+        "data"
+    ]
+    assert (run / "weights" / "best.pt").stat().st_size > 1_000_000
+    assert len(hub.downloads("shapes.tar")) == 1

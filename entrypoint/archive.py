@@ -5,17 +5,72 @@ files, folders and links: absolute names, ``..``, links that resolve outside, de
 fifos. It reads the stream once, in order, so a download can feed it with no tar on disk.
 """
 
+import ctypes
 import hashlib
 import os
 import shutil
 import tarfile
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .errors import ExitCode, TrainboxError
 
 BUFFER = 1 << 20
+LAG = 8 * BUFFER  # bytes hashed late, so a checkpoint can take the hash at a member boundary
+COMPRESSED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00")  # gzip, bzip2, xz magic
+
+
+def _libcrypto() -> ctypes.CDLL | None:
+    try:
+        lib = ctypes.CDLL("libcrypto.so.3")
+    except OSError:
+        return None
+    lib.SHA256_Update.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+    return lib
+
+
+class Sha256:
+    """SHA-256 whose state can be saved and restored, so a verified download can resume in
+    another process (hashlib's cannot). OpenSSL's SHA256_CTX, the same code hashlib runs;
+    without libcrypto, plain hashlib and no saved state."""
+
+    _lib = _libcrypto()
+    CTX = 112  # sizeof(SHA256_CTX)
+
+    def __init__(self, state: bytes | None = None) -> None:
+        self._hashlib = None if self._lib else hashlib.sha256()
+        if self._lib:
+            self._ctx = ctypes.create_string_buffer(self.CTX)
+            if state:
+                ctypes.memmove(self._ctx, state, self.CTX)
+            else:
+                self._lib.SHA256_Init(self._ctx)
+
+    @classmethod
+    def resumable(cls) -> bool:
+        return cls._lib is not None
+
+    def update(self, data: bytes | memoryview) -> None:
+        if self._hashlib:
+            self._hashlib.update(data)
+        else:
+            data = data if isinstance(data, bytes) else bytes(data)
+            self._lib.SHA256_Update(self._ctx, data, len(data))
+
+    def state(self) -> bytes | None:
+        return None if self._hashlib else self._ctx.raw
+
+    def hexdigest(self) -> str:
+        if self._hashlib:
+            return self._hashlib.hexdigest()
+        ctx, out = (
+            ctypes.create_string_buffer(self._ctx.raw, self.CTX),
+            ctypes.create_string_buffer(32),
+        )
+        self._lib.SHA256_Final(out, ctx)
+        return out.raw.hex()
 
 
 class UnsafeArchive(TrainboxError):
@@ -27,24 +82,64 @@ class UnsafeArchive(TrainboxError):
 
 
 class Reader:
-    """A file-like view of byte chunks that hashes and counts them as they are read."""
+    """A file-like view of byte chunks that hashes and counts them as they are read.
 
-    def __init__(self, chunks: Iterator[bytes], progress: Callable[[int], object]) -> None:
+    ``start`` and ``state`` continue a stream cut at a checkpoint: the position of its first
+    byte, and the hash state of the bytes before it (``state_at``).
+    """
+
+    def __init__(
+        self,
+        chunks: Iterator[bytes],
+        progress: Callable[[int], object],
+        start: int = 0,
+        state: bytes | None = None,
+    ) -> None:
         self._chunks = chunks
         self._chunk = memoryview(b"")
         self._progress = progress
-        self.sha256 = hashlib.sha256()
-        self.size = 0
+        self._hash = Sha256(state)
+        self._pending: deque[bytes | memoryview] = deque()  # read, not yet hashed
+        self._hashed = start
+        self.size = start
+        self.compressed: bool | None = None if start == 0 else False
 
     def _next(self) -> bool:
         chunk = next(self._chunks, None)
         if chunk is None:
             return False
-        self.sha256.update(chunk)
+        if self.compressed is None:
+            self.compressed = chunk.startswith(COMPRESSED)
         self.size += len(chunk)
         self._progress(len(chunk))
+        self._pending.append(chunk)
+        while self.size - self._hashed - len(self._pending[0]) >= LAG:
+            self._feed(len(self._pending[0]))
         self._chunk = memoryview(chunk)
         return True
+
+    def _feed(self, count: int) -> None:
+        """Hash the next ``count`` pending bytes."""
+        while count:
+            head = self._pending.popleft()
+            take = min(count, len(head))
+            self._hash.update(head[:take])
+            if take < len(head):
+                self._pending.appendleft(memoryview(head)[take:])
+            self._hashed += take
+            count -= take
+
+    def state_at(self, offset: int) -> bytes | None:
+        """The hash state after the stream's first ``offset`` bytes, to save at a checkpoint;
+        None when it cannot be saved (no libcrypto, or ``offset`` already hashed past)."""
+        if offset < self._hashed or offset > self.size or not Sha256.resumable():
+            return None
+        self._feed(offset - self._hashed)
+        return self._hash.state()
+
+    def hexdigest(self) -> str:
+        self._feed(self.size - self._hashed)
+        return self._hash.hexdigest()
 
     def read(self, size: int = -1) -> bytes:
         parts = []
@@ -82,10 +177,21 @@ def _replace(target: Path) -> None:
         target.unlink()
 
 
-def extract(reader: Reader, dest: Path) -> int:
-    """Extract a tar (optionally gzip/bz2/xz) from ``reader`` into ``dest``; return members."""
+def extract(
+    reader: Reader,
+    dest: Path,
+    members: int = 0,
+    checkpoint: Callable[[int, int], object] | None = None,
+) -> int:
+    """Extract a tar (optionally gzip/bz2/xz) from ``reader`` into ``dest``; return the count
+    of members, ``members`` included (those extracted before a resumed stream's start).
+
+    For a plain tar, ``checkpoint(offset, members)`` is called after each member: every byte
+    before ``offset`` is extracted, and a restart can stream from there.
+    """
     root = dest.resolve()
-    count = 0
+    count = members
+    start = reader.size
     try:
         with tarfile.open(fileobj=reader, mode="r|*", bufsize=BUFFER) as tar:
             for member in tar:
@@ -114,6 +220,8 @@ def extract(reader: Reader, dest: Path) -> int:
                 else:
                     raise UnsafeArchive(member.name, "is a device, fifo or other special file")
                 count += 1
+                if checkpoint and not reader.compressed:
+                    checkpoint(start + tar.offset, count)
     except (tarfile.TarError, EOFError, zlib.error) as err:
         raise TrainboxError(
             f"the dataset tar is truncated or corrupt ({err}); upload it again", ExitCode.DATASET

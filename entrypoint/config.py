@@ -129,6 +129,12 @@ class Config:
     doctor: bool = setting(
         True, _bool, "check the dataset with `libreyolo doctor` before training; errors stop"
     )
+    stage_checkpoint: int = setting(
+        30,
+        _int_at_least(0),
+        "seconds between staging checkpoints: a restart resumes a cut download at the last one, "
+        "not at byte 0; `0`: never",
+    )
     output_repo: str = setting(
         "",
         _repo,

@@ -6,12 +6,15 @@ way), checked by ``libreyolo doctor``, then renamed into place with a marker nam
 commit it came from. A restart with the same commit finds the marker and fetches nothing.
 """
 
+import errno
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import yaml
@@ -24,6 +27,7 @@ from .errors import ExitCode, TrainboxError
 log = logging.getLogger("trainbox")
 
 MARKER = ".trainbox-dataset.json"
+RESUME = ".trainbox-resume.json"  # in the hidden partial folder: where a cut staging resumes
 SPACE_MARGIN = 1.15  # extracted data ~ the tar's size, plus 15%; the tar itself is never stored
 
 
@@ -102,7 +106,7 @@ def _stage_from_hub(cfg: Config) -> Path:
         log.info("dataset %s@%s already staged in %s", remote.repo, remote.commit[:12], target)
         return target / marker["data_yaml"]
     _check_space(cfg.workspace, remote.size)
-    return _download(remote, target, cfg.doctor)
+    return _download(remote, target, cfg.doctor, cfg.stage_checkpoint)
 
 
 def _check_space(workspace: Path, size: int) -> None:
@@ -122,39 +126,49 @@ def _gb(size: int) -> str:
     return f"{size / 1e9:.2f} GB"
 
 
-def _download(remote: hub.RemoteFile, target: Path, check: bool) -> Path:
+def _download(remote: hub.RemoteFile, target: Path, check: bool, every: int) -> Path:
     """Stream the tar into a hidden folder, verify, doctor, then swap it into place; return
-    the staged data.yaml."""
+    the staged data.yaml. Every ``every`` seconds a checkpoint lets a restart resume there."""
     from tqdm import tqdm
 
     partial = target.with_name(f".{target.name}.partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
+    resume = _resume_point(partial, remote)
+    if not resume:
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
     log.info(
-        "staging %s/%s@%s (%s) into %s",
+        "staging %s/%s@%s (%s) into %s%s",
         remote.repo,
         remote.name,
         remote.commit[:12],
         _gb(remote.size),
         target,
+        f", resuming at byte {resume['offset']} ({resume['members']} files already there)"
+        if resume
+        else "",
     )
+    offset = resume.get("offset", 0)
     try:
         with tqdm(
             total=remote.size,
+            initial=offset,
             unit="B",
             unit_scale=True,
             mininterval=2,
             desc=f"download+extract {remote.name}",
         ) as bar:
-            reader = archive.Reader(hub.stream(remote), bar.update)
-            members = archive.extract(reader, partial)
-        digest = reader.sha256.hexdigest()
+            state = bytes.fromhex(resume["state"]) if resume else None
+            reader = archive.Reader(hub.stream(remote, offset), bar.update, offset, state)
+            saver = _Checkpoints(partial, remote, reader, every)
+            members = archive.extract(reader, partial, resume.get("members", 0), saver)
+        digest = reader.hexdigest()
         if reader.size != remote.size or remote.sha256 not in (None, digest):
             raise TrainboxError(
                 f"{remote.name}: the download does not match the Hub's size and sha256; "
                 "start again",
                 ExitCode.DATASET,
             )
+        (partial / RESUME).unlink(missing_ok=True)
         found = _find_yaml(partial, remote.name)
         if check:
             _point(found, found.parent)
@@ -173,19 +187,58 @@ def _download(remote: hub.RemoteFile, target: Path, check: bool) -> Path:
         }
         write_atomic(partial / MARKER, json.dumps(marker, indent=2) + "\n")
         _swap(partial, target)
-    except OSError as err:
-        shutil.rmtree(partial, ignore_errors=True)
-        if err.errno == 28:  # ENOSPC
+    except BaseException as err:
+        # A cut download keeps what its last checkpoint covers; anything else leaves no trace.
+        disk_full = isinstance(err, OSError) and err.errno == errno.ENOSPC
+        bad_data = isinstance(err, TrainboxError) and err.code == ExitCode.DATASET
+        if disk_full or bad_data or not (partial / RESUME).is_file():
+            shutil.rmtree(partial, ignore_errors=True)
+        if disk_full:
             raise TrainboxError(
                 f"{target.parent} filled up while extracting: give the volume more space",
                 ExitCode.DISK,
             ) from None
         raise
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
     log.info("dataset staged: %d files, sha256 %s", members, digest[:16])
     return target / relative
+
+
+def _identity(remote: hub.RemoteFile) -> dict:
+    return {"repo": remote.repo, "file": remote.name, "commit": remote.commit,
+            "sha256": remote.sha256, "size": remote.size}  # fmt: skip
+
+
+def _resume_point(partial: Path, remote: hub.RemoteFile) -> dict:
+    """The checkpoint a cut staging of this very file left, or {}."""
+    try:
+        point = json.loads((partial / RESUME).read_text())
+    except (OSError, ValueError):
+        return {}
+    same = remote.sha256 and point.get("file") == _identity(remote)
+    return point if same and archive.Sha256.resumable() else {}
+
+
+class _Checkpoints:
+    """Called by the extractor after each member: at most every ``every`` seconds, flush the
+    extracted files to disk, then record the stream position and its hash state."""
+
+    def __init__(
+        self, partial: Path, remote: hub.RemoteFile, reader: archive.Reader, every: int
+    ) -> None:
+        self.partial, self.remote, self.reader, self.every = partial, remote, reader, every
+        self.last = time.monotonic()
+
+    def __call__(self, offset: int, members: int) -> None:
+        if not self.every or time.monotonic() - self.last < self.every:
+            return
+        state = self.reader.state_at(offset)
+        if state is None:
+            return
+        os.sync()  # what the checkpoint says is extracted must be on disk before it says so
+        point = {"file": _identity(self.remote), "offset": offset, "members": members,
+                 "state": state.hex()}  # fmt: skip
+        write_atomic(self.partial / RESUME, json.dumps(point) + "\n")
+        self.last = time.monotonic()
 
 
 def _find_yaml(root: Path, name: str) -> Path:

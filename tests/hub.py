@@ -65,6 +65,7 @@ class Hub:
         self.faults: list[Fault] = []
         self.rate = rate  # bytes per second for file bodies; None is unthrottled
         self.uploads: dict[str, bytes] = {}
+        self.served: list[tuple[str, int, int]] = []  # file GETs: (name, first byte, bytes sent)
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
@@ -228,9 +229,11 @@ class Hub:
                 self.end_headers()
                 if self.command == "HEAD":
                     return
-                self._send(memoryview(data)[start : end + 1], fault)
+                sent = self._send(memoryview(data)[start : end + 1], fault)
+                hub.served.append((name, start, sent))
 
-            def _send(self, body: memoryview, fault: Fault | None) -> None:
+            def _send(self, body: memoryview, fault: Fault | None) -> int:
+                """Send ``body`` (throttled, or cut short by ``fault``); return the bytes sent."""
                 limit = fault.drop_after if fault and fault.drop_after is not None else None
                 chunk, started, sent = 1 << 20, time.monotonic(), 0
                 while sent < len(body):
@@ -240,13 +243,17 @@ class Hub:
                         self.wfile.flush()
                         self.close_connection = True
                         self.connection.shutdown(2)
-                        return
-                    self.wfile.write(piece)
+                        return limit
+                    try:
+                        self.wfile.write(piece)
+                    except OSError:  # the client went away
+                        return sent
                     sent += len(piece)
                     if hub.rate:
                         ahead = sent / hub.rate - (time.monotonic() - started)
                         if ahead > 0:
                             time.sleep(ahead)
+                return sent
 
             def _create(self, spec: dict) -> None:
                 kind = f"{spec.get('type', 'model')}s"

@@ -49,7 +49,7 @@ def test_extract_from_a_stream_hashes_every_byte(tmp_path: Path) -> None:
         ("hard", "ds/hard", "ds/a.txt"),
     )
     reader = extract(data, tmp_path, chunk=333)
-    assert reader.sha256.hexdigest() == hashlib.sha256(data).hexdigest()
+    assert reader.hexdigest() == hashlib.sha256(data).hexdigest()
     assert reader.size == len(data)
     assert (tmp_path / "ds/b/c").read_bytes() == b"x" * 5000
     assert (tmp_path / "ds/link").read_text() == "alpha"
@@ -101,3 +101,50 @@ def test_pack_is_deterministic_and_normalised(tmp_path: Path) -> None:
     with tarfile.open(tmp_path / "one.tar") as tar:
         assert tar.getnames() == ["shapes/data.yaml", "shapes/images", "shapes/images/1.png"]
         assert {(m.uid, m.uname, m.mtime) for m in tar} == {(0, "", 0)}
+
+
+def test_sha256_state_survives_a_save_and_restore() -> None:
+    head, tail = os.urandom(3_000_001), os.urandom(1234)
+    first = archive.Sha256()
+    first.update(head)
+    second = archive.Sha256(first.state())  # as a new process would, from the saved bytes
+    second.update(memoryview(tail))
+    assert second.hexdigest() == hashlib.sha256(head + tail).hexdigest()
+    assert first.hexdigest() == hashlib.sha256(head).hexdigest()
+
+
+def test_a_stream_resumed_at_any_checkpoint_ends_with_the_same_files_and_hash(
+    tmp_path: Path,
+) -> None:
+    files = [(f"ds/f{i}", os.urandom(1_500_000 + i)) for i in range(12)]  # 18 MB > LAG
+    data = make_tar(*[("file", name, payload) for name, payload in files])
+    points: list[tuple[int, int, bytes | None]] = []
+    chunks = (data[i : i + archive.BUFFER] for i in range(0, len(data), archive.BUFFER))
+    reader = archive.Reader(chunks, lambda _: None)
+
+    def checkpoint(offset: int, members: int) -> None:
+        points.append((offset, members, reader.state_at(offset)))
+
+    assert archive.extract(reader, tmp_path / "full", checkpoint=checkpoint) == len(files)
+    assert [m for _, m, _ in points] == list(range(1, len(files) + 1))
+    assert all(state for _, _, state in points)  # the lag always covers tarfile's read-ahead
+    for offset, members, state in (points[0], points[5], points[-2]):
+        dest = tmp_path / f"cut{members}"
+        archive.extract(archive.Reader(iter([data[:offset]]), lambda _: None), dest)
+        rest = (data[i : i + 65536] for i in range(offset, len(data), 65536))
+        resumed = archive.Reader(rest, lambda _: None, offset, state)
+        assert archive.extract(resumed, dest, members) == len(files)
+        assert resumed.hexdigest() == hashlib.sha256(data).hexdigest()
+        assert resumed.size == len(data)
+        for name, payload in files:
+            assert (dest / name).read_bytes() == payload
+
+
+def test_a_compressed_stream_has_no_checkpoints(tmp_path: Path) -> None:
+    import gzip
+
+    data = gzip.compress(make_tar(("file", "ds/a", b"a"), ("file", "ds/b", b"b")))
+    reader = archive.Reader(iter([data]), lambda _: None)
+    points: list[int] = []
+    assert archive.extract(reader, tmp_path, checkpoint=lambda o, m: points.append(o)) == 2
+    assert points == []

@@ -4,7 +4,11 @@ huggingface_hub client against the test Hub on 127.0.0.1."""
 import hashlib
 import io
 import json
+import os
+import subprocess
+import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +16,7 @@ import yaml
 
 from entrypoint import archive, demo
 from entrypoint.errors import ExitCode
-from tests.conftest import trainbox
+from tests.conftest import REPO, trainbox
 from tests.hub import GOOD_TOKEN, Fault, Hub
 
 REPO_ID = "org/shapes"
@@ -113,6 +117,45 @@ def test_a_dropped_connection_and_hub_errors_are_survived(
     assert result.returncode == 0, result.stderr
     assert len(hub.downloads("shapes.tar")) == 3  # 429, cut halfway, resumed with a Range
     assert digests(Path(result.stdout.strip()).parent) == digests(source)
+
+
+def test_a_staging_killed_midway_resumes_at_its_last_checkpoint(
+    hub: Hub, source: Path, tmp_path: Path
+) -> None:
+    (source / "blobs").mkdir()
+    for i in range(24):  # 12 MB that does not compress
+        (source / "blobs" / f"{i}.bin").write_bytes(os.urandom(512 * 1024))
+    archive.pack(source, tmp_path / "shapes.tar")
+    data = (tmp_path / "shapes.tar").read_bytes()
+    hub.add(REPO_ID, {"shapes.tar": data})
+    hub.rate = 3_000_000  # about 4 s for the whole tar
+    workspace = tmp_path / "ws"
+    env = {**os.environ, **env_for(hub, workspace, STAGE_CHECKPOINT="1")}
+    resume_file = workspace / "data" / ".shapes.partial" / ".trainbox-resume.json"
+    first = subprocess.Popen(
+        [sys.executable, "-m", "entrypoint", "dataset", "stage"], env=env, cwd=REPO,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not resume_file.is_file() or json.loads(resume_file.read_text())["offset"] < 4e6:
+        assert time.monotonic() < deadline and first.poll() is None, "no checkpoint in time"
+        time.sleep(0.05)
+    first.kill()  # SIGKILL: no cleanup of any kind
+    first.wait()
+    point = json.loads(resume_file.read_text())
+
+    hub.rate = None
+    result = stage(hub, workspace, STAGE_CHECKPOINT="1")
+    assert result.returncode == 0, result.stderr
+    assert f"resuming at byte {point['offset']} ({point['members']} files" in result.stderr
+    (_, start, _), (_, resumed_at, sent) = [s for s in hub.served if s[0] == "shapes.tar"]
+    assert (start, resumed_at, sent) == (0, point["offset"], len(data) - point["offset"])
+    assert digests(Path(result.stdout.strip()).parent) == digests(source)
+    marker = json.loads((workspace / "data" / "shapes" / ".trainbox-dataset.json").read_text())
+    assert marker["sha256"] == hashlib.sha256(data).hexdigest()
+    assert not resume_file.exists()
+    assert not list((workspace / "data").rglob(".trainbox-resume.json"))
+    assert [p.name for p in (workspace / "data").iterdir()] == ["shapes"]
 
 
 def test_an_unreachable_hub_trains_on_the_staged_copy(
@@ -217,8 +260,8 @@ def test_pack_stage_doctor_train_round_trip_on_the_host(
     assert "doctor: the dataset is healthy" in result.stderr
     run = workspace / "runs" / "host"
     assert json.loads((run / "status.json").read_text())["state"] == "completed"
-    assert str(staged / "data.yaml") in yaml.safe_load((run / "train_config.yaml").read_text())[
-        "data"
-    ]
+    assert (
+        str(staged / "data.yaml") in yaml.safe_load((run / "train_config.yaml").read_text())["data"]
+    )
     assert (run / "weights" / "best.pt").stat().st_size > 1_000_000
     assert len(hub.downloads("shapes.tar")) == 1

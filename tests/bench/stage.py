@@ -6,7 +6,8 @@
 Serves a tar of 512 KB files from the test Hub, once throttled to ``--rate`` MB/s (a network
 as on a rented machine) and once unthrottled, and times, on the same file in the same run:
 ``curl -s URL | tar -x`` (the baseline), huggingface_hub's download then tarfile's extract
-(what users do today), and ``trainbox dataset stage``. It prints each one's speed as a
+(what users do today), and ``trainbox dataset stage`` (also with a resume checkpoint every
+second, the worst case of what resumability costs). It prints each one's speed as a
 ratio to the baseline (1.0 = as fast; goal: at least 0.9 when throttled) and the peak extra
 disk each used, against the size of the extracted data.
 """
@@ -87,10 +88,10 @@ def run_all(tar: Path, rate: float | None, scratch: Path) -> dict[str, tuple[flo
             )
             subprocess.run([sys.executable, "-c", code, REPO, str(dest)], env=env, check=True)
 
-        def trainbox(dest: Path) -> None:
+        def trainbox(dest: Path, checkpoint: str = "30") -> None:
             subprocess.run(
                 [sys.executable, "-m", "entrypoint", "dataset", "stage"],
-                env={**env, "WORKSPACE": str(dest)},
+                env={**env, "WORKSPACE": str(dest), "STAGE_CHECKPOINT": checkpoint},
                 check=True,
                 capture_output=True,
             )
@@ -98,6 +99,8 @@ def run_all(tar: Path, rate: float | None, scratch: Path) -> dict[str, tuple[flo
         results = {"curl | tar -x": measure(curl_tar, scratch)}
         results["download, then extract"] = measure(download_then_extract, scratch)
         results["trainbox stage"] = measure(trainbox, scratch)
+        # The cost of resumability at its worst: a checkpoint (sync + hash state) every second.
+        results["trainbox, checkpoint 1 s"] = measure(lambda d: trainbox(d, "1"), scratch)
 
         def restage(dest: Path) -> None:
             trainbox(dest)

@@ -78,6 +78,12 @@ COPY entrypoint /opt/trainbox/src/entrypoint
 RUN pip install --no-deps --no-build-isolation --editable /opt/trainbox/src \
  && python /opt/trainbox/src/docker/selftest.py
 
+# Healthy while the run makes progress; unhealthy once it failed or made none for half of
+# STALL_TIMEOUT (the watchdog ends it at the whole). Reads the status file: milliseconds.
+HEALTHCHECK --interval=30s --timeout=10s --start-period=2m --retries=2 \
+  CMD ["trainbox", "status", "--health"]
+# The `libreyolo monitor` dashboard (MONITOR_PORT); compose publishes it on 127.0.0.1 only.
+EXPOSE 8420
 WORKDIR /workspace
 ENTRYPOINT ["/usr/bin/tini", "--", "trainbox"]
 CMD ["run"]

@@ -1,5 +1,21 @@
-"""``python -m entrypoint`` is the ``trainbox`` command."""
+"""``python -m entrypoint`` and the ``trainbox`` command.
 
-from .cli import main
+``status`` is answered before click, yaml or huggingface_hub load: it must answer fast, and
+from a bare ``python3`` with a checkout on a copy of the volume.
+"""
 
-main()
+import sys
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["status"]:
+        from .status import main as status
+
+        sys.exit(status(sys.argv[2:]))
+    from .cli import main as cli
+
+    cli()
+
+
+if __name__ == "__main__":
+    main()

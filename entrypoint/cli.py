@@ -2,12 +2,14 @@
 
 import json
 import logging
+import os
 import sys
+import time
 from pathlib import Path
 
 import click
 
-from . import __version__, config, dataset, job, preflight, supervise, upload
+from . import __version__, config, dataset, job, preflight, supervise, upload, watchdog
 from . import train as training
 from .errors import ExitCode, TrainboxError
 
@@ -84,12 +86,42 @@ def upload_command(result: Path) -> int:
     return code
 
 
+@cli.command(
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    add_help_option=False,
+)
+@click.pass_context
+def status(ctx: click.Context) -> int:
+    """The container's state: phase, epoch, ETA, uploads, health (--json, --watch, --health)."""
+    from . import status as state  # the fast path in __main__ answers before click loads
+
+    return state.main(ctx.args)
+
+
 @cli.command("config")
 def show_config() -> None:
     """Print the settings this container would run with, after every override."""
     cfg = config.load()
     for key in config.KEYS:
         click.echo(f"{key.upper()}={getattr(cfg, key)}")
+
+
+@cli.command("watchdog", hidden=True)
+@click.option("--result", type=click.Path(path_type=Path), required=True)
+def watchdog_command(result: Path) -> int:
+    """The supervised watchdog (internal): MAX_RUNTIME, STALL_TIMEOUT, status refresh."""
+    return watchdog.program(config.load(), result)
+
+
+@cli.command("monitor", hidden=True)
+def monitor() -> None:
+    """The supervised dashboard (internal): `libreyolo monitor` once the run folder exists."""
+    cfg = config.load()
+    while not cfg.run_dir.is_dir():
+        time.sleep(2)
+    libreyolo = str(Path(sys.executable).with_name("libreyolo"))
+    os.execv(libreyolo, [libreyolo, "monitor", str(cfg.run_dir), "--host", cfg.monitor_host,
+                         "--port", str(cfg.monitor_port), "--no-browser"])  # fmt: skip
 
 
 @cli.command("supervise-listener", hidden=True)

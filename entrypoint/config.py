@@ -155,6 +155,27 @@ class Config:
         "seconds the final upload may take after training ends or SIGTERM; keep it under the "
         "platform's stop grace period",
     )
+    max_runtime: int = setting(
+        0,
+        _int_at_least(0),
+        "hard limit in seconds from the container's start: stop training, final upload, exit 8; "
+        "`0`: none",
+    )
+    stall_timeout: int = setting(
+        7200,
+        _int_at_least(0),
+        "seconds without progress (staging bytes, a finished epoch, a train.log line) before the "
+        "run is stopped, uploaded and ended with exit 9; unhealthy at half of it; keep it above "
+        "your longest epoch; `0`: never",
+    )
+    monitor: bool = setting(True, _bool, "serve the `libreyolo monitor` dashboard")
+    monitor_host: str = setting(
+        "0.0.0.0",
+        _text,
+        "address the dashboard binds in the container; compose publishes it on the host's "
+        "127.0.0.1 only",
+    )
+    monitor_port: int = setting(8420, _int_at_least(1), "port of the dashboard")
     allow_dataset_change: bool = setting(
         False, _bool, "resume a run from the Hub even if the dataset differs from its manifest's"
     )

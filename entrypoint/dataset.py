@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from . import archive, hub
+from . import archive, hub, status
 from .atomic import write_atomic
 from .config import Config
 from .errors import ExitCode, TrainboxError
@@ -106,7 +106,7 @@ def _stage_from_hub(cfg: Config) -> Path:
         log.info("dataset %s@%s already staged in %s", remote.repo, remote.commit[:12], target)
         return target / marker["data_yaml"]
     _check_space(cfg.workspace, remote.size)
-    return _download(remote, target, cfg.doctor, cfg.stage_checkpoint)
+    return _download(remote, target, cfg)
 
 
 def _check_space(workspace: Path, size: int) -> None:
@@ -126,9 +126,9 @@ def _gb(size: int) -> str:
     return f"{size / 1e9:.2f} GB"
 
 
-def _download(remote: hub.RemoteFile, target: Path, check: bool, every: int) -> Path:
+def _download(remote: hub.RemoteFile, target: Path, cfg: Config) -> Path:
     """Stream the tar into a hidden folder, verify, doctor, then swap it into place; return
-    the staged data.yaml. Every ``every`` seconds a checkpoint lets a restart resume there."""
+    the staged data.yaml. Every STAGE_CHECKPOINT seconds a restart point is saved."""
     from tqdm import tqdm
 
     partial = target.with_name(f".{target.name}.partial")
@@ -158,8 +158,14 @@ def _download(remote: hub.RemoteFile, target: Path, check: bool, every: int) -> 
             desc=f"download+extract {remote.name}",
         ) as bar:
             state = bytes.fromhex(resume["state"]) if resume else None
-            reader = archive.Reader(hub.stream(remote, offset), bar.update, offset, state)
-            saver = _Checkpoints(partial, remote, reader, every)
+            meter = status.Meter(cfg.workspace, remote.size, offset)
+
+            def progress(count: int) -> None:
+                bar.update(count)
+                meter(count)
+
+            reader = archive.Reader(hub.stream(remote, offset), progress, offset, state)
+            saver = _Checkpoints(partial, remote, reader, cfg.stage_checkpoint)
             members = archive.extract(reader, partial, resume.get("members", 0), saver)
         digest = reader.hexdigest()
         if reader.size != remote.size or remote.sha256 not in (None, digest):
@@ -170,7 +176,7 @@ def _download(remote: hub.RemoteFile, target: Path, check: bool, every: int) -> 
             )
         (partial / RESUME).unlink(missing_ok=True)
         found = _find_yaml(partial, remote.name)
-        if check:
+        if cfg.doctor:
             _point(found, found.parent)
             doctor(found)
         relative = found.relative_to(partial)

@@ -14,6 +14,8 @@ class ExitCode(IntEnum):
     HUB = 5
     PREFLIGHT = 6
     UPLOAD = 7
+    TIME_LIMIT = 8
+    STALLED = 9
     INTERRUPTED = 130
 
 

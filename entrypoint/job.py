@@ -11,7 +11,17 @@ import os
 import subprocess
 import sys
 
-from . import __version__, dataset, preflight, publish, resume, status, supervise, upload
+from . import (
+    __version__,
+    dataset,
+    preflight,
+    publish,
+    resume,
+    status,
+    supervise,
+    upload,
+    watchdog,
+)
 from .config import Config
 from .errors import ExitCode, TrainboxError
 
@@ -27,18 +37,31 @@ def run(cfg: Config) -> int:
         cfg.run_name,
         cfg.device,
     )
-    status.record(cfg.workspace, "preflight", fresh=True, run=cfg.run_name)
+    limits = {"max_runtime": cfg.max_runtime, "stall_timeout": cfg.stall_timeout}
+    status.record(cfg.workspace, "preflight", fresh=True, run=cfg.run_name, limits=limits)
     try:
         code = _steps(cfg)
     except TrainboxError as err:
-        status.record(cfg.workspace, "failed", exit_code=int(err.code), reason=str(err))
+        status.record(cfg.workspace, status.ended(err.code), exit_code=int(err.code),
+                      reason=str(err))  # fmt: skip
         raise
     status.record(cfg.workspace, status.ended(code), exit_code=int(code))
     return code
 
 
 def _steps(cfg: Config) -> int:
-    """The steps in order; each returns early with the exit code when the job ends there."""
+    """The steps in order; each returns early with the exit code when the job ends there.
+    The watchdogs guard them here, then as a supervisord program during training."""
+    with watchdog.guard(cfg):
+        ready = _prepare(cfg)
+    if ready is not None:
+        return ready
+    status.record(cfg.workspace, "training")
+    return supervise.run(cfg)
+
+
+def _prepare(cfg: Config) -> int | None:
+    """Everything before training; an exit code when the job ends here, None to train."""
     if status.run_state(cfg.run_dir) == "completed":
         log.info(
             "run %s already completed: nothing to train (set RUN_NAME for a new run)", cfg.run_dir
@@ -52,6 +75,8 @@ def _steps(cfg: Config) -> int:
             status.record(cfg.workspace, "failed", reason=preflight.read(cfg)["error"])
         return checked.returncode
     verdict = preflight.read(cfg)
+    status.record(cfg.workspace, "preflight", gpu=preflight.summary(verdict),
+                  notes=verdict["notes"])  # fmt: skip
     if verdict["workers"] != cfg.workers:
         os.environ["WORKERS"] = str(verdict["workers"])  # what the train program will use
     previous = None
@@ -79,5 +104,4 @@ def _steps(cfg: Config) -> int:
         upload.prepare(cfg, manifest)  # writes it here too
     else:
         publish.write_manifest(cfg.run_dir, manifest)
-    status.record(cfg.workspace, "training")
-    return supervise.run(upload=bool(cfg.output_repo), stop_grace=cfg.stop_grace)
+    return None

@@ -146,6 +146,13 @@ def _log(result: dict) -> None:
     log.info("preflight passed in %.1f s", result["seconds"])
 
 
+def summary(result: dict) -> str:
+    """The verdict in a few words, for the status file."""
+    cards = [f"GPU {c['index']} {c['name']}" for c in result["gpus"]]
+    driver = f", driver {result['driver']}" if result["driver"] else ""
+    return f"{', '.join(cards) or 'CPU'}; torch {result['torch']}{driver}; preflight passed"
+
+
 def read(cfg: Config) -> dict:
     """The verdict the last preflight wrote."""
     return json.loads(verdict_path(cfg).read_text())

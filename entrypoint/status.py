@@ -1,43 +1,78 @@
-"""Run state, readable from outside: libreyolo's own status, and the container's phase.
+"""Run state, readable from outside: libreyolo's own status, and the container's.
 
-``/workspace/trainbox/status.json`` (atomic, a few hundred bytes) says what the container
-is doing: ``preflight``, ``staging``, ``training``, then ``completed``, ``failed`` or
-``interrupted`` with the exit code and whether the final upload succeeded.
+``/workspace/trainbox/status.json`` (atomic, a few hundred bytes) says what the container is
+doing: ``phase`` (``preflight``, ``staging``, ``training``, ``uploading``, then
+``completed``, ``failed`` or ``interrupted``), the GPU verdict, staging bytes/rate/ETA, the
+training epoch/ETA/metrics (from libreyolo's status.json), the upload state (from the
+uploader's ledger), ``progress_at`` (the last sign of progress, for the watchdog and the
+health check), timestamps, and the exit code and reason.
+
+One writer at a time: the job before and after supervisord, the ``watchdog`` program while
+it runs, the uploader's final flush last. ``trainbox status`` reads it with the standard
+library alone, so it answers in milliseconds, through ``docker exec`` or from a copy of the
+volume (``python3 -m entrypoint status --workspace COPY`` from a checkout).
 """
 
+import argparse
 import json
+import os
+import sys
 import time
+from calendar import timegm
 from pathlib import Path
 from typing import Any
 
 from .atomic import write_atomic
 
-ENDED = {0: "completed", 130: "interrupted"}
+ENDED = {0: "completed", 8: "interrupted", 130: "interrupted"}
+ACTIVE = ("preflight", "staging", "training", "uploading")
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def iso(seconds: float | None = None) -> str:
+    return time.strftime(TIME_FORMAT, time.gmtime(seconds))
+
+
+def age(stamp: str | None, now: float | None = None) -> float | None:
+    """Seconds since an ``iso`` time, or None."""
+    if not stamp:
+        return None
+    return (now or time.time()) - timegm(time.strptime(stamp, TIME_FORMAT))
 
 
 def run_state(run_dir: Path) -> str | None:
     """libreyolo's ``state`` (running, completed, failed) for a run, or None if it never started."""
+    return _json(run_dir / "status.json").get("state")
+
+
+def _json(file: Path) -> dict[str, Any]:
     try:
-        return json.loads((run_dir / "status.json").read_text()).get("state")
-    except (OSError, ValueError, AttributeError):
-        return None
+        loaded = json.loads(file.read_text())
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
 
 
 def path(workspace: Path) -> Path:
     return workspace / "trainbox" / "status.json"
 
 
+def ledger_path(workspace: Path, run: str) -> Path:
+    """The uploader's record of what the Hub holds for a run (written by ``upload``)."""
+    return workspace / "trainbox" / f"ledger-{run}.json"
+
+
 def read(workspace: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path(workspace).read_text())
-    except (OSError, ValueError):
-        return {}
+    return _json(path(workspace))
 
 
 def record(workspace: Path, phase: str, *, fresh: bool = False, **fields: Any) -> None:
-    """Set the container's phase and fields; ``fresh`` starts a new status (a new start)."""
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    """Set the container's phase and fields; ``fresh`` starts a new status (a new start).
+    A new phase counts as progress."""
+    now = iso()
     kept = {} if fresh else read(workspace)
+    if kept.get("phase") != phase and not fields.get("progress_at"):
+        fields["progress_at"] = now
     status = {"started_at": now, **kept, **fields, "phase": phase, "updated_at": now}
     write_atomic(path(workspace), json.dumps(status, indent=2) + "\n")
 
@@ -45,3 +80,153 @@ def record(workspace: Path, phase: str, *, fresh: bool = False, **fields: Any) -
 def ended(code: int) -> str:
     """The final phase for an exit code."""
     return ENDED.get(code, "failed")
+
+
+class Meter:
+    """The staging download's bytes, rate and ETA, recorded at most every 2 seconds while
+    the container's phase is ``staging`` (not by a lone ``trainbox dataset stage``)."""
+
+    def __init__(self, workspace: Path, total: int, done: int = 0) -> None:
+        self.workspace, self.total, self.done, self.first = workspace, total, done, done
+        self.started = time.monotonic()
+        self.last = 0.0
+        self.on = read(workspace).get("phase") == "staging"
+
+    def __call__(self, count: int) -> None:
+        self.done += count
+        now = time.monotonic()
+        if not self.on or (now - self.last < 2 and self.done < self.total):
+            return
+        self.last = now
+        rate = (self.done - self.first) / max(now - self.started, 1e-3)
+        eta = round((self.total - self.done) / rate) if rate else None
+        staging = {"bytes": self.done, "total": self.total, "rate": round(rate), "eta_s": eta}
+        record(self.workspace, "staging", staging=staging, progress_at=iso())
+
+
+def training(run_dir: Path) -> tuple[dict[str, Any], str | None]:
+    """The training fields, from libreyolo's status.json, and the time of the last sign of
+    progress in the run folder (status.json, metrics.jsonl or train.log written)."""
+    theirs = _json(run_dir / "status.json")
+    keys = ("state", "completed_epochs", "total_epochs", "eta_seconds", "train_loss",
+            "current_metric_name", "current_metric", "best_metric_name", "best_metric",
+            "best_epoch", "error")  # fmt: skip
+    fields = {key: theirs[key] for key in keys if theirs.get(key) is not None}
+    files = (run_dir / name for name in ("status.json", "metrics.jsonl", "train.log"))
+    times = [file.stat().st_mtime for file in files if file.exists()]
+    return fields, iso(max(times)) if times else None
+
+
+def upload(workspace: Path, run: str) -> dict[str, Any]:
+    """The upload state the uploader keeps in its ledger."""
+    return _json(ledger_path(workspace, run)).get("state", {})
+
+
+def health(status: dict[str, Any], now: float | None = None) -> str | None:
+    """Why the container is unhealthy, or None: a failed run, or no progress for half of
+    STALL_TIMEOUT (the watchdog stops it at the whole)."""
+    if status.get("phase") == "failed":
+        return f"failed: {status.get('reason') or 'exit code ' + str(status.get('exit_code'))}"
+    stall = status.get("limits", {}).get("stall_timeout", 0)
+    quiet = age(status.get("progress_at"), now)
+    if stall and status.get("phase") in ACTIVE and quiet is not None and quiet > stall / 2:
+        return f"no progress for {quiet:.0f} s in {status['phase']} (STALL_TIMEOUT={stall})"
+    return None
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def human(status: dict[str, Any], now: float | None = None) -> str:
+    """One screen: phase, epoch and ETA, best metric, last upload, health, warnings."""
+    lines = [
+        f"run      {status.get('run', '?')}: {status.get('phase', '?')}, "
+        f"{_duration(age(status.get('started_at'), now))} since start"
+    ]
+    if gpu := status.get("gpu"):
+        lines.append(f"gpu      {gpu}")
+    if staging := status.get("staging"):
+        done, total = staging.get("bytes", 0), staging.get("total") or 1
+        lines.append(
+            f"staging  {done / 1e9:.2f}/{total / 1e9:.2f} GB ({100 * done / total:.0f}%), "
+            f"{staging.get('rate', 0) / 1e6:.0f} MB/s, ETA {_duration(staging.get('eta_s'))}"
+        )
+    if train := status.get("training"):
+        line = f"epoch    {train.get('completed_epochs', 0)}/{train.get('total_epochs', '?')}"
+        if "eta_seconds" in train:
+            line += f", ETA {_duration(train['eta_seconds'])}"
+        if "train_loss" in train:
+            line += f", loss {train['train_loss']:.4f}"
+        lines.append(line)
+        if "best_metric" in train:
+            lines.append(
+                f"best     {train.get('best_metric_name', 'metric')} {train['best_metric']:.4f} "
+                f"at epoch {train.get('best_epoch', '?')}"
+            )
+    if (up := status.get("upload")) is not None:
+        if up.get("epoch"):
+            lines.append(
+                f"upload   epoch {up['epoch']} at {up.get('at', '?')}, "
+                f"{up.get('pending', 0)} file(s) pending"
+            )
+        else:
+            lines.append("upload   nothing uploaded yet")
+        if up.get("last_error"):
+            lines.append(f"warning  last upload failed: {up['last_error']}")
+    if "exit_code" in status:
+        lines.append(f"exit     {status['exit_code']}: {status.get('reason', status['phase'])}")
+    problem = health(status, now)
+    lines.append(f"health   {'unhealthy: ' + problem if problem else 'healthy'}")
+    lines.extend(f"warning  {note}" for note in status.get("notes", []))
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    """``trainbox status``: the container's state, for people, scripts and HEALTHCHECK."""
+    parser = argparse.ArgumentParser(prog="trainbox status", description=main.__doc__)
+    parser.add_argument("--json", action="store_true", help="print the status file's JSON")
+    parser.add_argument(
+        "--watch",
+        nargs="?",
+        const=2.0,
+        type=float,
+        metavar="SECONDS",
+        help="refresh every SECONDS (2) until the run ends",
+    )
+    parser.add_argument(
+        "--health", action="store_true", help="exit 1 if the run failed or stalled (HEALTHCHECK)"
+    )
+    parser.add_argument(
+        "--workspace",
+        type=Path,
+        default=Path(os.environ.get("WORKSPACE") or "/workspace"),
+        help="the volume, or a copy of it [$WORKSPACE or /workspace]",
+    )
+    args = parser.parse_args(argv)
+    while True:
+        status = read(args.workspace)
+        if not status:
+            print(
+                f"no status at {path(args.workspace)}: no container has run on this volume; "
+                "point --workspace at the volume",
+                file=sys.stderr,
+            )
+            return 1
+        if args.health:
+            problem = health(status)
+            print(f"unhealthy: {problem}" if problem else f"healthy: {status['phase']}")
+            return 1 if problem else 0
+        if args.watch:
+            print("\x1b[H\x1b[2J", end="")
+        print(json.dumps(status, indent=2) if args.json else human(status), flush=True)
+        if not args.watch or status.get("phase") not in ACTIVE:
+            return 0
+        try:
+            time.sleep(args.watch)
+        except KeyboardInterrupt:
+            return 0

@@ -25,29 +25,28 @@ TRAIN_PROGRAM = "train"
 STOP_WAIT_SECONDS = 60
 
 
-def render(
-    runtime: Path, train_command: str, upload: bool = False, stop_grace: int = Config.stop_grace
-) -> str:
+def render(runtime: Path, train_command: str, cfg: Config) -> str:
     """The supervisord config for one container run."""
     return Template(TEMPLATE.read_text()).substitute(
         runtime=runtime,
         python=sys.executable,
         train_command=train_command,
         stop_wait=STOP_WAIT_SECONDS,
-        upload=str(upload).lower(),
-        stop_grace=stop_grace,
+        upload=str(bool(cfg.output_repo)).lower(),
+        monitor=str(cfg.monitor).lower(),
+        stop_grace=cfg.stop_grace,
     )
 
 
-def run(
-    train_command: str | None = None, upload: bool = False, stop_grace: int = Config.stop_grace
-) -> int:
-    """Run supervisord until training ends or a stop signal arrives; return the exit code:
-    training's, unless the final upload failed (then UPLOAD: the weights are not safe)."""
+def run(cfg: Config, train_command: str | None = None) -> int:
+    """Run supervisord until training ends, a watchdog fires or a stop signal arrives; return
+    the exit code: training's or the watchdog's, unless the final upload failed (then UPLOAD:
+    the weights are not safe)."""
     runtime = Path(tempfile.mkdtemp(prefix="trainbox-"))
     command = train_command or f"{sys.executable} -m entrypoint train"
     conf = runtime / "supervisord.conf"
-    conf.write_text(render(runtime, command, upload, stop_grace))
+    conf.write_text(render(runtime, command, cfg))
+    upload = bool(cfg.output_repo)
     supervisord = Path(sys.executable).with_name("supervisord")
     child = subprocess.Popen([str(supervisord), "--configuration", str(conf)])
     stopped_by: list[int] = []
@@ -63,9 +62,9 @@ def run(
     uploaded = runtime / "upload-status"
     if upload and (not uploaded.is_file() or int(uploaded.read_text()) != ExitCode.OK):
         return ExitCode.UPLOAD
-    status = runtime / "exit-status"
-    if status.is_file():
-        return int(status.read_text())
+    for name in ("watchdog-status", "exit-status"):  # a watchdog's stop outranks its effect
+        if (runtime / name).is_file():
+            return int((runtime / name).read_text())
     if stopped_by:
         return ExitCode.INTERRUPTED
     log.error("supervisord ended (code %s) before training did", child.returncode)

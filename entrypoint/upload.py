@@ -23,7 +23,7 @@ from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub import errors as hub_errors
 from huggingface_hub.utils import disable_progress_bars
 
-from . import __version__, hub
+from . import __version__, hub, status
 from .atomic import write_atomic
 from .config import Config
 from .errors import ExitCode, TrainboxError
@@ -40,7 +40,7 @@ def api() -> HfApi:
 
 
 def ledger_path(cfg: Config) -> Path:
-    return cfg.workspace / "trainbox" / f"ledger-{cfg.run_name}.json"
+    return status.ledger_path(cfg.workspace, cfg.run_name)
 
 
 def read_ledger(cfg: Config) -> dict[str, Any]:
@@ -155,6 +155,7 @@ class Uploader:
                 raise
             self.last_error = f"{hub.status_of(err) or type(err).__name__}"
             log.warning("upload of epoch %d failed (%s); will retry", epoch, self.last_error)
+            self._save(pending=len(pending))
             return False
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -164,12 +165,19 @@ class Uploader:
                 "sha256": op.upload_info.sha256.hex(),
                 "commit": info.oid,
             }
-        write_atomic(ledger_path(self.cfg), json.dumps(self.ledger, indent=2) + "\n")
+        self.last_error = ""
+        left = len(self.pending()[1])
+        self._save(pending=left, epoch=epoch, at=status.iso())
         log.info(
             "uploaded epoch %d: %s (commit %s)", epoch, ", ".join(sorted(pending)), info.oid[:12]
         )
-        self.last_error = ""
-        return not self.pending()[1]
+        return not left
+
+    def _save(self, **state: Any) -> None:
+        """Write the ledger, with the upload state ``trainbox status`` shows."""
+        self.ledger["state"] = {**self.ledger.get("state", {}), **state,
+                                "last_error": self.last_error}  # fmt: skip
+        write_atomic(ledger_path(self.cfg), json.dumps(self.ledger, indent=2) + "\n")
 
 
 def main(cfg: Config) -> int:
@@ -188,11 +196,14 @@ def flush(cfg: Config, uploader: Uploader | None = None) -> int:
     uploader = uploader or Uploader(cfg)
     deadline = time.monotonic() + cfg.stop_grace - 5
     log.info("final upload to %s ...", cfg.output_repo)
+    status.record(cfg.workspace, "uploading")
     while time.monotonic() < deadline:
         if uploader.push(retries=1):
             log.info("final upload done: the Hub holds epoch %d", read_index(cfg.run_dir)["epoch"])
+            status.record(cfg.workspace, "uploading", upload=uploader.ledger.get("state", {}))
             return ExitCode.OK
         time.sleep(min(5, max(0.0, deadline - time.monotonic())))
+    status.record(cfg.workspace, "uploading", upload=uploader.ledger.get("state", {}))
     log.error(
         "final upload failed (%s): %d file(s) are only on the volume",
         uploader.last_error or "out of time",

@@ -52,6 +52,7 @@ class Fault:
     status: int | None = None
     error_code: str | None = None
     drop_after: int | None = None  # bytes of body sent before the connection is cut
+    stall_after: int | None = None  # bytes of body sent before the server goes silent
     times: int = 1
     methods: tuple[str, ...] = ("GET", "HEAD", "POST", "PUT")
 
@@ -64,6 +65,7 @@ class Hub:
         self.requests: list[tuple[str, str]] = []
         self.faults: list[Fault] = []
         self.rate = rate  # bytes per second for file bodies; None is unthrottled
+        self.upload_rate: float | None = None  # bytes per second for uploaded files
         self.uploads: dict[str, bytes] = {}
         self.served: list[tuple[str, int, int]] = []  # file GETs: (name, first byte, bytes sent)
         self._lock = threading.Lock()
@@ -166,7 +168,9 @@ class Hub:
                 ):
                     self._lfs_batch(json.loads(self._body()))
                 elif match := re.match(r"^/upload/([0-9a-f]{64})$", path):
-                    hub.uploads[match.group(1)] = self._body()
+                    hub.uploads[match.group(1)] = body = self._body()
+                    if hub.upload_rate:  # a slow uplink: the answer waits as the bytes would
+                        time.sleep(len(body) / hub.upload_rate)
                     self._reply(200)
                 elif match := re.match(r"^/api/(datasets|models)/(.+)/commit/[^/]+$", path):
                     self._commit(f"{match.group(1)}/{match.group(2)}", self._body())
@@ -234,18 +238,15 @@ class Hub:
 
             def _send(self, body: memoryview, fault: Fault | None) -> int:
                 """Send ``body`` (throttled, or cut short by ``fault``); return the bytes sent."""
-                limit = fault.drop_after if fault and fault.drop_after is not None else None
+                drop = fault.drop_after if fault else None
+                stall = fault.stall_after if fault else None
+                cut = min((n for n in (drop, stall) if n is not None), default=len(body))
                 chunk, started, sent = 1 << 20, time.monotonic(), 0
-                while sent < len(body):
-                    piece = body[sent : sent + chunk]
-                    if limit is not None and sent + len(piece) > limit:
-                        self.wfile.write(piece[: limit - sent])
-                        self.wfile.flush()
-                        self.close_connection = True
-                        self.connection.shutdown(2)
-                        return limit
+                while sent < min(cut, len(body)):
+                    piece = body[sent : min(sent + chunk, cut)]
                     try:
                         self.wfile.write(piece)
+                        self.wfile.flush()
                     except OSError:  # the client went away
                         return sent
                     sent += len(piece)
@@ -253,6 +254,11 @@ class Hub:
                         ahead = sent / hub.rate - (time.monotonic() - started)
                         if ahead > 0:
                             time.sleep(ahead)
+                if sent == drop:
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                elif sent == stall:
+                    time.sleep(3600)  # a stuck server: the connection stays open and silent
                 return sent
 
             def _create(self, spec: dict) -> None:

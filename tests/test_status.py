@@ -1,9 +1,12 @@
 """The container's status file: phases recorded atomically, a new start begins afresh."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from entrypoint import status
+from tests.conftest import REPO
 
 
 def test_phases_keep_what_was_recorded_and_a_fresh_start_resets(tmp_path: Path) -> None:
@@ -31,3 +34,70 @@ def test_libreyolo_state_of_a_run(tmp_path: Path) -> None:
     assert status.run_state(tmp_path) == "running"
     (tmp_path / "status.json").write_text("{torn")
     assert status.run_state(tmp_path) is None
+
+
+TRAINING = {
+    "run": "run", "phase": "training", "started_at": "2026-01-01T00:00:00Z",
+    "progress_at": "2026-01-01T00:10:00Z", "limits": {"stall_timeout": 600, "max_runtime": 0},
+    "gpu": "GPU 0 NVIDIA H100; torch 2.14.1+cu130, driver 580.1; preflight passed",
+    "training": {"completed_epochs": 3, "total_epochs": 10, "eta_seconds": 4000,
+                 "train_loss": 1.5, "best_metric_name": "metrics/mAP50-95", "best_metric": 0.25,
+                 "best_epoch": 2},
+    "upload": {"epoch": 3, "at": "2026-01-01T00:09:58Z", "pending": 0, "last_error": "429"},
+}  # fmt: skip
+T0 = 1767225600  # 2026-01-01T00:00:00Z
+
+
+def test_the_screen_shows_phase_epoch_eta_best_upload_and_warnings() -> None:
+    screen = status.human(TRAINING, now=T0 + 660).splitlines()
+    assert screen == [
+        "run      run: training, 11m00s since start",
+        "gpu      GPU 0 NVIDIA H100; torch 2.14.1+cu130, driver 580.1; preflight passed",
+        "epoch    3/10, ETA 1h06m, loss 1.5000",
+        "best     metrics/mAP50-95 0.2500 at epoch 2",
+        "upload   epoch 3 at 2026-01-01T00:09:58Z, 0 file(s) pending",
+        "warning  last upload failed: 429",
+        "health   healthy",
+    ]
+
+
+def test_health_turns_at_half_the_stall_timeout_and_on_failure() -> None:
+    assert status.health(TRAINING, now=T0 + 600 + 299) is None
+    assert status.health(TRAINING, now=T0 + 600 + 301) == (
+        "no progress for 301 s in training (STALL_TIMEOUT=600)"
+    )
+    never = {**TRAINING, "limits": {"stall_timeout": 0}}
+    assert status.health(never, now=T0 + 10**6) is None
+    done = {**TRAINING, "phase": "completed"}
+    assert status.health(done, now=T0 + 10**6) is None
+    failed = {**TRAINING, "phase": "failed", "reason": "DATA=x: no such file"}
+    assert status.health(failed) == "failed: DATA=x: no such file"
+
+
+def test_status_needs_only_the_standard_library(tmp_path: Path) -> None:
+    """`python3 -S` (no site-packages: no click, yaml, torch) answers from a volume's copy."""
+    (tmp_path / "trainbox").mkdir()
+    (tmp_path / "trainbox" / "status.json").write_text(json.dumps(TRAINING))
+    command = [sys.executable, "-S", "-m", "entrypoint", "status", "--workspace", str(tmp_path)]
+    shown = subprocess.run([*command, "--json"], cwd=REPO, capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == TRAINING
+    health = subprocess.run([*command, "--health"], cwd=REPO, capture_output=True, text=True)
+    assert (health.returncode, health.stdout.split(":")[0]) == (1, "unhealthy")  # stale by now
+    missing = subprocess.run(
+        [*command[:-1], str(tmp_path / "nothing")], cwd=REPO, capture_output=True, text=True
+    )
+    assert missing.returncode == 1 and "no status at" in missing.stderr
+
+
+def test_the_staging_meter_records_bytes_rate_and_eta_only_in_a_container_run(
+    tmp_path: Path,
+) -> None:
+    status.Meter(tmp_path, total=100)(50)
+    assert status.read(tmp_path) == {}  # a lone `trainbox dataset stage` claims no phase
+    status.record(tmp_path, "staging", fresh=True)
+    meter = status.Meter(tmp_path, total=1000, done=200)
+    meter(300)
+    staging = status.read(tmp_path)["staging"]
+    assert staging["bytes"] == 500 and staging["total"] == 1000
+    assert staging["rate"] > 0 and staging["eta_s"] is not None

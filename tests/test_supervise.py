@@ -5,20 +5,26 @@ in the container tests.
 """
 
 import configparser
+import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-from entrypoint import supervise
+import pytest
+
+from entrypoint import status, supervise, watchdog
+from entrypoint.config import Config
 from entrypoint.errors import ExitCode
 from tests.conftest import REPO
 
 
-def launch(train_command: str) -> subprocess.Popen:
+def launch(train_command: str, workspace: Path | None = None, **env: str) -> subprocess.Popen:
     script = (
-        f"import sys; from entrypoint import supervise; sys.exit(supervise.run({train_command!r}))"
+        "import sys; from entrypoint import config, supervise; "
+        f"sys.exit(supervise.run(config.load(), {train_command!r}))"
     )
     return subprocess.Popen(
         [sys.executable, "-c", script],
@@ -26,17 +32,62 @@ def launch(train_command: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        env={
+            **os.environ,
+            "WORKSPACE": str(workspace or Path(tempfile.mkdtemp())),
+            "MONITOR": "false",
+            "OUTPUT_REPO": "",
+            "TRAINBOX_CONFIG": "",
+            **env,
+        },
     )
 
 
 def test_rendered_config_runs_train_and_the_listener(tmp_path: Path) -> None:
     parser = configparser.ConfigParser(interpolation=None)
-    parser.read_string(supervise.render(tmp_path, "python -m entrypoint train"))
+    parser.read_string(supervise.render(tmp_path, "python -m entrypoint train", Config()))
     assert parser["program:train"]["command"] == "python -m entrypoint train"
     assert parser["program:train"]["stopsignal"] == "INT"
     assert parser["program:train"]["autorestart"] == "false"
     assert str(tmp_path / "exit-status") in parser["eventlistener:lifecycle"]["command"]
     assert parser["program:train"]["stdout_logfile"] == "/dev/stdout"
+    # Stop order is reverse priority: train, monitor, watchdog, then the uploader's flush.
+    priority = {name: int(parser[f"program:{name}"]["priority"])
+                for name in ("train", "monitor", "watchdog", "uploader")}  # fmt: skip
+    assert sorted(priority, key=priority.get, reverse=True) == [
+        "train",
+        "monitor",
+        "watchdog",
+        "uploader",
+    ]
+    assert parser["program:monitor"]["autostart"] == "true"
+    off = supervise.render(tmp_path, "x", Config(monitor=False, output_repo="o/r"))
+    parser.read_string(off)
+    assert parser["program:monitor"]["autostart"] == "false"
+    assert parser["program:uploader"]["autostart"] == "true"
+
+
+@pytest.mark.parametrize(
+    ("limits", "code", "reason"),
+    [
+        ({"STALL_TIMEOUT": "3"}, ExitCode.STALLED, "no progress for"),
+        ({"MAX_RUNTIME": "3", "STALL_TIMEOUT": "0"}, ExitCode.TIME_LIMIT, "MAX_RUNTIME=3 s"),
+    ],
+    ids=["stall", "max-runtime"],
+)
+def test_the_watchdog_ends_a_run_past_its_limit(
+    tmp_path: Path, limits: dict, code: int, reason: str
+) -> None:
+    """A trainer that never finishes (a stand-in that sleeps) is stopped within the limit
+    plus the grace period, with the watchdog's exit code and reason."""
+    started = time.monotonic()
+    proc = launch("sleep 600", tmp_path, **limits)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == code, out
+    assert time.monotonic() - started < 3 + watchdog.CHECK_SECONDS + 10
+    assert reason in out
+    written = status.read(tmp_path)
+    assert reason in written["reason"] and written["phase"] == "training"
 
 
 def test_exit_code_of_training_is_the_exit_code_of_the_run() -> None:

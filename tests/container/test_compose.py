@@ -44,14 +44,20 @@ def test_compose_asks_for_every_gpu_shared_memory_a_volume_and_a_grace_period() 
         train["volumes"][0].items()
     )
     assert train["stop_grace_period"] == "2m0s"
-    assert all(port.get("host_ip") == "127.0.0.1" for port in train.get("ports", []))
+    [monitor] = train["ports"]  # the dashboard, on the host's loopback only
+    assert (monitor["host_ip"], monitor["published"], monitor["target"]) == (
+        "127.0.0.1",
+        "8420",
+        8420,
+    )
 
 
 def test_cpu_override_drops_the_gpu_request() -> None:
     train = config(*CPU)
     assert "deploy" not in train
     assert train["environment"]["DEVICE"] == "cpu"
-    assert config(*HOSTNET)["network_mode"] == "host"
+    hostnet = config(*HOSTNET)
+    assert hostnet["network_mode"] == "host" and not hostnet.get("ports")
 
 
 @pytest.mark.container

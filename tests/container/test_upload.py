@@ -105,7 +105,7 @@ def test_docker_stop_pushes_the_last_epoch_and_a_new_volume_resumes_from_the_hub
         docker("rm", "-f", name)
     assert code == ExitCode.INTERRUPTED, (log.stdout + log.stderr)[-4000:]
     assert "final upload done" in log.stdout + log.stderr
-    state = json.loads(in_volume(image, volume, "cat", "/workspace/trainbox/status.json"))
+    state = json.loads(in_volume(image, volume, "trainbox", "status", "--json"))
     assert (state["phase"], state["exit_code"]) == ("interrupted", ExitCode.INTERRUPTED)
     index = json.loads(in_volume(image, volume, "cat", "/workspace/runs/run/published/index.json"))
     assert index["epoch"] >= 2

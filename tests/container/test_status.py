@@ -1,0 +1,176 @@
+"""Watching a run from outside, in real containers: the status file through `trainbox status`,
+Docker's health, the libreyolo monitor dashboard, and the watchdogs."""
+
+import hashlib
+import json
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from entrypoint import archive, demo
+from entrypoint.errors import ExitCode
+from tests.container.conftest import docker, in_volume, run_container
+from tests.hub import GOOD_TOKEN, Fault, Hub
+
+pytestmark = pytest.mark.container
+
+TRAIN = {"DEVICE": "cpu", "MODEL": "LibreYOLO9t.pt", "PRETRAINED": "false", "BATCH": "8",
+         "IMGSZ": "128", "WORKERS": "0", "MONITOR_HOST": "127.0.0.1"}  # fmt: skip
+
+
+def hub_env(hub: Hub, **extra: str) -> dict[str, str]:
+    return {"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_TOKEN": GOOD_TOKEN,
+            "UPLOAD_INTERVAL": "1", **extra}  # fmt: skip
+
+
+def shapes_on_the_hub(hub: Hub, tmp_path: Path) -> bytes:
+    demo.ensure(tmp_path / "shapes")
+    archive.pack(tmp_path / "shapes", tmp_path / "shapes.tar")
+    data = (tmp_path / "shapes.tar").read_bytes()
+    hub.add("org/shapes", {"shapes.tar": data})
+    return data
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Container:
+    """A detached container on host networking, checked for health every second."""
+
+    def __init__(self, image: str, volume: str, env: dict[str, str]) -> None:
+        self.name = f"trainbox-status-{volume[-8:]}"
+        flags = [f for k, v in env.items() for f in ("-e", f"{k}={v}")]
+        self.started = time.monotonic()
+        result = docker("run", "-d", "--name", self.name, "--network", "host",
+                        "-v", f"{volume}:/workspace", "--health-interval", "1s",
+                        "--health-retries", "1", *flags, image)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+
+    def inspect(self) -> tuple[bool, str, int]:
+        """(running, health, exit code)."""
+        fields = "{{.State.Running}} {{.State.Health.Status}} {{.State.ExitCode}}"
+        out = docker("inspect", "--format", fields, self.name)
+        running, health, code = out.stdout.split()
+        return running == "true", health, int(code)
+
+    def status(self, *args: str) -> subprocess.CompletedProcess:
+        return docker("exec", self.name, "trainbox", "status", *args, timeout=30)
+
+    def logs(self) -> str:
+        result = docker("logs", self.name)
+        return result.stdout + result.stderr
+
+    def remove(self) -> None:
+        docker("rm", "-f", self.name)
+
+
+def test_one_run_walks_every_phase(image: str, volume: str, hub: Hub, tmp_path: Path) -> None:
+    data = shapes_on_the_hub(hub, tmp_path)
+    hub.rate = len(data) / 3  # about 3 s of staging
+    hub.upload_rate = 20e6  # a 35 MB checkpoint takes ~2 s: the final upload can be seen
+    port = free_port()
+    env = {**TRAIN, **hub_env(hub), "DATASET_REPO": "org/shapes", "OUTPUT_REPO": "org/weights",
+           "EPOCHS": "4", "MONITOR_PORT": str(port)}  # fmt: skip
+    box = Container(image, volume, env)
+    snapshots, healths, screen, runs = [], [], "", None
+    try:
+        while (state := box.inspect())[0] and time.monotonic() - box.started < 600:
+            healths.append((state[1], snapshots[-1]["phase"] if snapshots else None))
+            answer = box.status("--json")
+            if answer.returncode == 0:
+                snapshots.append(json.loads(answer.stdout))
+                training = snapshots[-1].get("training", {})
+                if training.get("completed_epochs", 0) >= 1 and not screen:
+                    screen = box.status().stdout
+                    url = f"http://127.0.0.1:{port}/api/runs"
+                    with urllib.request.urlopen(url, timeout=10) as response:
+                        runs = (response.status, json.loads(response.read()))
+            time.sleep(0.2)
+        running, _, code = box.inspect()
+        log = box.logs()
+    finally:
+        box.remove()
+    assert not running and code == 0, log[-4000:]
+    phases = [s["phase"] for s in snapshots]
+    walked = [p for i, p in enumerate(phases) if i == 0 or phases[i - 1] != p]
+    assert walked[:4] == ["preflight", "staging", "training", "uploading"], walked
+    assert walked[4:] in ([], ["completed"]), walked
+    staging = next(s["staging"] for s in snapshots if "staging" in s)
+    assert staging["total"] == len(data) and 0 < staging["bytes"] <= len(data)
+    assert any("CPU; torch" in s.get("gpu", "") for s in snapshots)
+    epochs = [s["training"].get("completed_epochs") for s in snapshots if s.get("training")]
+    assert epochs == sorted(e for e in epochs if e is not None) and max(epochs) >= 3
+    uploaded = [s["upload"].get("epoch") for s in snapshots if s.get("upload")]
+    assert uploaded and max(uploaded) >= 3
+    assert "epoch    1/4" in screen or "epoch    2/4" in screen, screen
+    assert "health   healthy" in screen
+    assert runs and runs[0] == 200 and "run" in json.dumps(runs[1])
+    assert healths[0][0] == "starting"
+    assert ("healthy", "training") in healths
+    final = json.loads(in_volume(image, volume, "trainbox", "status", "--json"))
+    assert (final["phase"], final["exit_code"]) == ("completed", 0)
+    assert (final["upload"]["epoch"], final["upload"]["pending"]) == (4, 0)
+    assert final["training"]["total_epochs"] == 4
+
+
+def test_a_failed_run_reads_failed_and_unhealthy(image: str, volume: str) -> None:
+    result = run_container(image, volume, env={"DEVICE": "cpu", "DATA": "/workspace/no.yaml"})
+    assert result.returncode == ExitCode.DATASET, result.stderr
+    final = json.loads(in_volume(image, volume, "trainbox", "status", "--json"))
+    assert (final["phase"], final["exit_code"]) == ("failed", ExitCode.DATASET)
+    assert "DATA=/workspace/no.yaml" in final["reason"]
+    health = run_container(image, volume, "status", "--health")
+    assert health.returncode == 1 and health.stdout.startswith("unhealthy: failed: DATA=")
+    screen = in_volume(image, volume, "trainbox", "status")
+    assert "run      run: failed" in screen and "exit     3: DATA=" in screen
+
+
+def test_a_stalled_download_turns_unhealthy_then_ends_the_run(
+    image: str, volume: str, hub: Hub, tmp_path: Path
+) -> None:
+    data = shapes_on_the_hub(hub, tmp_path)
+    hub.faults.append(Fault("shapes.tar", stall_after=len(data) // 2, times=99, methods=("GET",)))
+    env = {**TRAIN, **hub_env(hub), "DATASET_REPO": "org/shapes", "STALL_TIMEOUT": "10"}
+    box = Container(image, volume, env)
+    healths = []
+    try:
+        while (state := box.inspect())[0] and time.monotonic() - box.started < 120:
+            healths.append(state[1])
+            time.sleep(0.3)
+        elapsed = time.monotonic() - box.started
+        _, _, code = box.inspect()
+        log = box.logs()
+    finally:
+        box.remove()
+    assert code == ExitCode.STALLED, log[-3000:]
+    assert "unhealthy" in healths and healths.index("unhealthy") > healths.index("healthy")
+    assert elapsed < 10 + 20, elapsed  # the limit, plus start-up and the stop
+    final = json.loads(in_volume(image, volume, "trainbox", "status", "--json"))
+    assert (final["phase"], final["exit_code"]) == ("failed", ExitCode.STALLED)
+    assert "no progress for" in final["reason"] and "during staging" in final["reason"]
+    assert in_volume(image, volume, "ls", "-A", "/workspace/data").split() == []
+
+
+def test_max_runtime_stops_training_after_a_final_upload(image: str, volume: str, hub: Hub) -> None:
+    env = {"DEVICE": "cpu", "MONITOR": "false", **hub_env(hub), "OUTPUT_REPO": "org/weights",
+           "EPOCHS": "500", "MAX_RUNTIME": "25", "STOP_GRACE": "30"}  # fmt: skip
+    started = time.monotonic()
+    result = run_container(image, volume, env=env)
+    elapsed = time.monotonic() - started
+    log = result.stdout + result.stderr
+    assert result.returncode == ExitCode.TIME_LIMIT, log[-4000:]
+    assert elapsed < 25 + 30, elapsed
+    assert "final upload done" in log
+    final = json.loads(in_volume(image, volume, "trainbox", "status", "--json"))
+    assert (final["phase"], final["exit_code"]) == ("interrupted", ExitCode.TIME_LIMIT)
+    assert "MAX_RUNTIME=25 s" in final["reason"]
+    index = json.loads(in_volume(image, volume, "cat", "/workspace/runs/run/published/index.json"))
+    held = hub.repos["models/org/weights"].files["run/last.pt"]
+    assert index["epoch"] >= 1 and hashlib.sha256(held).hexdigest() == index["files"]["last.pt"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from . import __version__, config, dataset, job, preflight, supervise, upload, watchdog
+from . import __version__, config, dataset, hub, job, plan, preflight, supervise, upload, watchdog
 from . import train as training
 from .errors import ExitCode, TrainboxError
 
@@ -84,6 +84,69 @@ def upload_command(result: Path) -> int:
     code = upload.main(config.load())
     result.write_text(f"{int(code)}\n")
     return code
+
+
+@cli.group("plan")
+def plan_group() -> None:
+    """Before renting: the disk to allocate. Between runs: stop, or destroy and rebuild."""
+
+
+@plan_group.command("disk")
+@click.option("--dataset-repo", required=True, help="Hub dataset repo ORG/NAME.")
+@click.option("--file", "name", default="", help="The tar in the repo [NAME.tar].")
+@click.option("--revision", default="main", show_default=True)
+@click.option("--model", default=None, help="[MODEL]")
+@click.option("--epochs", type=int, default=None, help="[EPOCHS]")
+@click.option("--save-period", type=int, default=None, help="[SAVE_PERIOD]")
+@click.option("--checkpoint-mb", type=float, default=None,
+              help="A checkpoint's size [estimated from MODEL's architecture].")  # fmt: skip
+def plan_disk(
+    dataset_repo: str,
+    name: str,
+    revision: str,
+    model: str | None,
+    epochs: int | None,
+    save_period: int | None,
+    checkpoint_mb: float | None,
+) -> None:
+    """The GB to allocate: the tar's size from the Hub (no download), the data, the
+    checkpoints the run keeps, and a 30% margin, with the arithmetic shown."""
+    cfg = config.load({**os.environ, "DATASET_REPO": dataset_repo})
+    tar = name or cfg.dataset_tar
+    remote = hub.remote_file(dataset_repo, tar, revision)
+    checkpoint = (
+        int(checkpoint_mb * 1e6) if checkpoint_mb else plan.checkpoint_bytes(model or cfg.model)
+    )
+    lines, _ = plan.disk(
+        tar,
+        remote.size,
+        checkpoint,
+        epochs if epochs is not None else cfg.epochs,
+        save_period if save_period is not None else cfg.save_period,
+    )
+    click.echo("\n".join(lines))
+
+
+@plan_group.command("stop")
+@click.option("--disk-gb", type=float, required=True, help="The disk allocated, GB.")
+@click.option("--storage-price", type=float, required=True, help="$ per GB-month of disk.")
+@click.option("--running-price", type=float, required=True, help="$ per hour while running.")
+@click.option("--rebuild-cost", type=float, required=True,
+              help="$ to rent again, pull the image and stage the data.")  # fmt: skip
+@click.option("--gap", type=float, default=None, help="Hours until the next run.")
+@click.option("--hours-per-month", type=float, default=plan.HOURS_PER_MONTH, show_default=True)
+def plan_stop(
+    disk_gb: float,
+    storage_price: float,
+    running_price: float,
+    rebuild_cost: float,
+    gap: float | None,
+    hours_per_month: float,
+) -> None:
+    """What a stopped machine costs against a running one, and the gap where destroying and
+    rebuilding wins."""
+    lines = plan.stop(disk_gb, storage_price, running_price, rebuild_cost, gap, hours_per_month)
+    click.echo("\n".join(lines))
 
 
 @cli.command(

@@ -176,6 +176,23 @@ class Config:
         "127.0.0.1 only",
     )
     monitor_port: int = setting(8420, _int_at_least(1), "port of the dashboard")
+    on_exit: str = setting(
+        "none",
+        _choice("none", "stop", "destroy"),
+        "after the run, once the upload is verified on the Hub: `stop` or `destroy` this vast.ai "
+        "instance or RunPod pod through the provider's API; `none` leaves it running",
+    )
+    on_exit_dry_run: bool = setting(
+        False, _bool, "log the request ON_EXIT would send instead of sending it"
+    )
+    vast_api_url: str = setting("https://console.vast.ai", _text, "vast.ai's API, for ON_EXIT")
+    runpod_api_url: str = setting("https://rest.runpod.io/v1", _text, "RunPod's API, for ON_EXIT")
+    profile_steps: int = setting(
+        0,
+        _int_at_least(0),
+        "before training, profile this many steps with libreyolo's profiler and record whether "
+        "the dataloader, the host or the GPU is the bottleneck; `0`: off",
+    )
     allow_dataset_change: bool = setting(
         False, _bool, "resume a run from the Hub even if the dataset differs from its manifest's"
     )

@@ -15,6 +15,7 @@ from . import (
     __version__,
     dataset,
     preflight,
+    provider,
     publish,
     resume,
     status,
@@ -46,6 +47,8 @@ def run(cfg: Config) -> int:
                       reason=str(err))  # fmt: skip
         raise
     status.record(cfg.workspace, status.ended(code), exit_code=int(code))
+    if code != ExitCode.INTERRUPTED and cfg.output_repo:  # a stop signal: someone is on it
+        provider.on_exit(cfg, upload.verify(cfg))
     return code
 
 
@@ -62,6 +65,7 @@ def _steps(cfg: Config) -> int:
 
 def _prepare(cfg: Config) -> int | None:
     """Everything before training; an exit code when the job ends here, None to train."""
+    provider.check(cfg)
     if status.run_state(cfg.run_dir) == "completed":
         log.info(
             "run %s already completed: nothing to train (set RUN_NAME for a new run)", cfg.run_dir

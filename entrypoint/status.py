@@ -117,6 +117,17 @@ def training(run_dir: Path) -> tuple[dict[str, Any], str | None]:
     return fields, iso(max(times)) if times else None
 
 
+def profile(run_dir: Path) -> dict[str, Any] | None:
+    """The PROFILE_STEPS verdict, from libreyolo's profile_summary.json, or None."""
+    summary = _json(run_dir / "profile" / "profile_summary.json")
+    if not summary:
+        return None
+    real = summary.get("real", {})
+    return {"bound": summary.get("bound"), "why": summary.get("bound_why"),
+            "step_ms": real.get("step_ms"), "img_per_s": real.get("img_per_s"),
+            "dataload_frac": real.get("dataload_frac")}  # fmt: skip
+
+
 def upload(workspace: Path, run: str) -> dict[str, Any]:
     """The upload state the uploader keeps in its ledger."""
     return _json(ledger_path(workspace, run)).get("state", {})
@@ -140,6 +151,18 @@ def _duration(seconds: float | None) -> str:
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _upload_lines(up: dict[str, Any] | None) -> list[str]:
+    if up is None:
+        return ["upload   off: OUTPUT_REPO is not set, the weights stay on this volume"]
+    lines = ["upload   nothing uploaded yet"]
+    if up.get("epoch"):
+        lines = [f"upload   epoch {up['epoch']} at {up.get('at', '?')}, "
+                 f"{up.get('pending', 0)} file(s) pending"]  # fmt: skip
+    if up.get("last_error"):
+        lines.append(f"warning  last upload failed: {up['last_error']}")
+    return lines
 
 
 def human(status: dict[str, Any], now: float | None = None) -> str:
@@ -168,16 +191,18 @@ def human(status: dict[str, Any], now: float | None = None) -> str:
                 f"best     {train.get('best_metric_name', 'metric')} {train['best_metric']:.4f} "
                 f"at epoch {train.get('best_epoch', '?')}"
             )
-    if (up := status.get("upload")) is not None:
-        if up.get("epoch"):
+    if found := status.get("profile"):
+        lines.append(
+            f"profile  {found['bound']} bound, {found['step_ms']:.0f} ms/step, "
+            f"{found['img_per_s']:.0f} img/s: {found['why']}"
+        )
+        if found["bound"] in ("dataloader", "host / launch"):
             lines.append(
-                f"upload   epoch {up['epoch']} at {up.get('at', '?')}, "
-                f"{up.get('pending', 0)} file(s) pending"
+                "warning  a faster GPU would not help this run: more WORKERS (dataloader) or a "
+                "bigger BATCH (host/launch) would"
             )
-        else:
-            lines.append("upload   nothing uploaded yet")
-        if up.get("last_error"):
-            lines.append(f"warning  last upload failed: {up['last_error']}")
+    if "upload" in status:
+        lines += _upload_lines(status["upload"])
     if "exit_code" in status:
         lines.append(f"exit     {status['exit_code']}: {status.get('reason', status['phase'])}")
     problem = health(status, now)

@@ -14,6 +14,8 @@ from .publish import Publisher
 
 log = logging.getLogger("trainbox")
 
+PROFILE = "profile"  # runs/RUN_NAME/profile: the PROFILE_STEPS pass
+
 
 class EpochLog:
     """One plain line per finished epoch, readable in ``docker logs`` between progress bars.
@@ -35,6 +37,22 @@ class EpochLog:
         )
 
 
+def architecture(model: str, device: str = "cpu") -> Any:
+    """The architecture ``model`` names (e.g. LibreYOLO9t.pt), untrained: no download."""
+    # The registry the libreyolo CLI itself uses to map a model name to its architecture.
+    from libreyolo.cli.config import detect_family_from_model_ref, get_model_class
+
+    model_cls = get_model_class(detect_family_from_model_ref(model))
+    size = model_cls.detect_size_from_filename(Path(model).name) if model_cls else None
+    if size is None:
+        raise TrainboxError(
+            f"MODEL={model!r}: not a LibreYOLO model name such as LibreYOLO9t.pt; "
+            "with PRETRAINED=false the name picks the architecture",
+            ExitCode.CONFIG,
+        )
+    return model_cls(None, size=size, device=device)
+
+
 def _build_model(cfg: Config, resume_from: Path | None) -> Any:
     """The model to train: an interrupted run's checkpoint, published weights, or the
     architecture MODEL names, from scratch."""
@@ -43,18 +61,36 @@ def _build_model(cfg: Config, resume_from: Path | None) -> Any:
         from libreyolo import LibreYOLO
 
         return LibreYOLO(str(resume_from or cfg.model), device=model_device)
-    # The registry the libreyolo CLI itself uses to map a model name to its architecture.
-    from libreyolo.cli.config import detect_family_from_model_ref, get_model_class
+    return architecture(cfg.model, model_device)
 
-    model_cls = get_model_class(detect_family_from_model_ref(cfg.model))
-    size = model_cls.detect_size_from_filename(Path(cfg.model).name) if model_cls else None
-    if size is None:
-        raise TrainboxError(
-            f"MODEL={cfg.model!r}: not a LibreYOLO model name such as LibreYOLO9t.pt; "
-            "with PRETRAINED=false the name picks the architecture",
-            ExitCode.CONFIG,
+
+def profile(cfg: Config) -> None:
+    """PROFILE_STEPS: that many real steps under libreyolo's profiler, in runs/RUN/profile,
+    before the run; its verdict (dataloader, host/launch or compute bound) goes to the status."""
+    folder = cfg.run_dir / PROFILE
+    if (folder / "profile_summary.json").is_file():
+        return  # profiled before a restart
+    log.info("profiling %d training steps before the run (PROFILE_STEPS)", cfg.profile_steps)
+    architecture(cfg.model, "cpu" if cfg.device == "cpu" else "auto").train(
+        data=str(data_yaml(cfg)),
+        epochs=1,
+        batch=cfg.batch,
+        imgsz=cfg.imgsz,
+        device="" if cfg.device == "auto" else cfg.device,
+        workers=cfg.workers,
+        project=str(cfg.run_dir),
+        name=PROFILE,
+        exist_ok=True,
+        profile=True,
+        profile_then_stop=True,
+        profile_warmup=2,
+        profile_steps=cfg.profile_steps,
+        profile_open=False,
+    )
+    if not (folder / "profile_summary.json").is_file():
+        log.warning(
+            "PROFILE_STEPS=%d: more steps than one epoch has; no verdict", cfg.profile_steps
         )
-    return model_cls(None, size=size, device=model_device)
 
 
 def train(cfg: Config) -> None:
@@ -65,6 +101,8 @@ def train(cfg: Config) -> None:
     from .resume import checkpoint
 
     resume_from = checkpoint(cfg)
+    if cfg.profile_steps and not resume_from:
+        profile(cfg)
     model = _build_model(cfg, resume_from)
     if resume_from:
         log.info("resuming %s from %s", cfg.run_dir, resume_from)

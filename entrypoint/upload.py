@@ -8,6 +8,7 @@ On SIGTERM (training ended, or ``docker stop``) it pushes what is pending within
 and exits 0 only if the Hub then holds the last snapshot.
 """
 
+import hashlib
 import json
 import logging
 import os
@@ -189,6 +190,37 @@ def main(cfg: Config) -> int:
     while not stop.wait(cfg.upload_interval):
         uploader.push(retries=2)
     return flush(cfg, uploader)
+
+
+def verify(cfg: Config) -> bool:
+    """True when the Hub holds every file the run last published, by hash: the LFS sha256, or
+    for a regular file the git blob id of the local copy that the ledger says was uploaded."""
+    index, held = read_index(cfg.run_dir), read_ledger(cfg)["files"]
+    paths = {f"{cfg.run_name}/{name}": digest for name, digest in index["files"].items()}
+    if not paths or any(held.get(path, {}).get("sha256") != d for path, d in paths.items()):
+        return False
+    try:
+        remote = {f.path: f for f in api().get_paths_info(cfg.output_repo, list(paths))}
+    except Exception as err:
+        if not hub.is_hub_failure(err):
+            raise
+        log.warning("could not verify the upload: %s", hub.status_of(err) or err)
+        return False
+    for path, digest in paths.items():
+        found = remote.get(path)
+        if found is None:
+            return False
+        if found.lfs:
+            if found.lfs.sha256 != digest:
+                return False
+        elif found.blob_id != _git_blob(cfg.run_dir / FOLDER / path.split("/", 1)[1]):
+            return False
+    return True
+
+
+def _git_blob(path: Path) -> str:
+    data = path.read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def flush(cfg: Config, uploader: Uploader | None = None) -> int:

@@ -95,9 +95,8 @@ def refresh(cfg: Config) -> dict[str, Any]:
     stamps = (status.read(cfg.workspace).get("progress_at"), progress_at)
     progress_at = max(filter(None, stamps), default=None)
     upload = status.upload(cfg.workspace, cfg.run_name) if cfg.output_repo else None
-    status.record(
-        cfg.workspace, "training", training=training, upload=upload, progress_at=progress_at
-    )
+    status.record(cfg.workspace, "training", training=training, upload=upload,
+                  profile=status.profile(cfg.run_dir), progress_at=progress_at)  # fmt: skip
     return status.read(cfg.workspace)
 
 

@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import unquote
+from urllib.parse import parse_qs, unquote
 
 GOOD_TOKEN = "hf_testtoken_good"
 READ_TOKEN = "hf_testtoken_read"  # may read everything public and private, write nothing
@@ -157,6 +157,8 @@ class Hub:
                     return
                 if match := RESOLVE.match(path):
                     self._resolve(*match.groups(), fault)
+                elif match := re.match(r"^/api/(datasets|models)/(.+)/paths-info/[^/]+$", path):
+                    self._paths_info(f"{match.group(1)}/{match.group(2)}", self._body())
                 elif self.command in ("POST", "PUT") and not self._may_write():
                     self._body()
                 elif path == "/api/repos/create":
@@ -277,6 +279,25 @@ class Hub:
                 hub.repos[key] = Repo(private=bool(spec.get("private")))
                 hub.repos[key].commit({})
                 self._json(200, {"url": f"{hub.url}/{key}", "name": repo_id})
+
+            def _paths_info(self, key: str, body: bytes) -> None:
+                """What the Hub holds at these paths: git blob id, and LFS sha256 (every
+                upload here is LFS)."""
+                repo = hub.repos.get(key)
+                if repo is None or not self._authorized(repo):
+                    self._error(404, "RepoNotFound")
+                    return
+                wanted = parse_qs(body.decode()).get("paths", [])
+                found = []
+                for name in wanted:
+                    if (data := repo.files.get(name)) is None:
+                        continue
+                    blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+                    lfs = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data),
+                           "pointerSize": 134}  # fmt: skip
+                    found.append({"type": "file", "path": name, "size": len(data),
+                                  "oid": blob, "lfs": lfs})  # fmt: skip
+                self._json(200, found)
 
             def _preupload(self, spec: dict) -> None:
                 files = [

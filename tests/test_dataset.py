@@ -252,6 +252,7 @@ def test_pack_stage_doctor_train_round_trip_on_the_host(
     settings = {
         "DOCTOR": "true", "DEVICE": "cpu", "MODEL": "LibreYOLO9t.pt", "PRETRAINED": "false",
         "EPOCHS": "1", "BATCH": "8", "IMGSZ": "128", "WORKERS": "0", "RUN_NAME": "host",
+        "MONITOR_HOST": "127.0.0.1",
     }  # fmt: skip
     result = trainbox("run", env=env_for(hub, workspace, **settings), timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

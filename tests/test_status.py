@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from entrypoint import status
-from tests.conftest import REPO
+from tests.conftest import REPO, trainbox
 
 
 def test_phases_keep_what_was_recorded_and_a_fresh_start_resets(tmp_path: Path) -> None:
@@ -101,3 +101,19 @@ def test_the_staging_meter_records_bytes_rate_and_eta_only_in_a_container_run(
     staging = status.read(tmp_path)["staging"]
     assert staging["bytes"] == 500 and staging["total"] == 1000
     assert staging["rate"] > 0 and staging["eta_s"] is not None
+
+
+def test_profile_steps_records_a_verdict_on_the_cpu(tmp_path: Path) -> None:
+    """PROFILE_STEPS runs libreyolo's profiler on real steps before the run; its verdict
+    lands in the status file and on the `trainbox status` screen."""
+    env = {"WORKSPACE": str(tmp_path), "DEVICE": "cpu", "EPOCHS": "1", "PROFILE_STEPS": "2",
+           "MONITOR": "false", "DATA": "", "DATASET_REPO": "", "OUTPUT_REPO": "",
+           "TRAINBOX_CONFIG": ""}  # fmt: skip
+    result = trainbox("run", env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = status.read(tmp_path)["profile"]
+    assert found["bound"] in ("dataloader", "host / launch", "compute", "memory-pressure")
+    assert found["step_ms"] > 0 and found["img_per_s"] > 0 and found["why"]
+    screen = trainbox("status", env=env).stdout
+    assert f"profile  {found['bound']} bound" in screen
+    assert json.loads((tmp_path / "runs/run/status.json").read_text())["state"] == "completed"

@@ -1,0 +1,67 @@
+"""`trainbox plan`: the disk to rent, and whether to stop or destroy between runs."""
+
+import math
+import os
+from pathlib import Path
+
+from entrypoint import archive
+from tests.conftest import trainbox
+from tests.hub import Hub
+
+
+def test_plan_stop_reproduces_the_published_figures() -> None:
+    """250 GB at $0.20 per GB-month stopped: $0.0694/h, 98% less than $3.4828/h running;
+    with a $1.00 rebuild, stopping wins for gaps under about 14 hours."""
+    result = trainbox(
+        "plan", "stop", "--disk-gb", "250", "--storage-price", "0.20",
+        "--running-price", "3.4828", "--rebuild-cost", "1.00", "--gap", "8",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == (
+        "stopped      250 GB x $0.20 per GB-month / 720 h = $0.0694 per hour (the disk only)"
+    )
+    assert lines[1] == (
+        "running      $3.4828 per hour: stopped costs $3.4134 per hour less (98% less)"
+    )
+    assert lines[2].startswith("break-even   a $1.00 rebuild = 14.4 h stopped")
+    assert lines[3] == "for 8 h     stop: $0.56 stopped against a $1.00 rebuild"
+    assert "stopping releases the GPUs" in lines[4]
+    longer = trainbox(
+        "plan", "stop", "--disk-gb", "250", "--storage-price", "0.20",
+        "--running-price", "3.4828", "--rebuild-cost", "1.00", "--gap", "20",
+    )  # fmt: skip
+    assert "for 20 h     destroy, then rebuild: $1.39 stopped" in longer.stdout
+
+
+def test_plan_disk_adds_data_checkpoints_and_a_margin(hub: Hub, tmp_path: Path) -> None:
+    (tmp_path / "shapes").mkdir()
+    (tmp_path / "shapes" / "data.yaml").write_text("names: {0: a}\n")
+    (tmp_path / "shapes" / "blob").write_bytes(os.urandom(5_000_000))
+    archive.pack(tmp_path / "shapes", tmp_path / "shapes.tar")
+    tar = (tmp_path / "shapes.tar").stat().st_size
+    hub.add("org/shapes", {"shapes.tar": (tmp_path / "shapes.tar").read_bytes()})
+    env = {"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_TOKEN": "",
+           "TRAINBOX_CONFIG": "", "DATA": "", "DATASET_REPO": ""}  # fmt: skip
+    result = trainbox(
+        "plan", "disk", "--dataset-repo", "org/shapes", "--epochs", "100",
+        "--save-period", "10", "--checkpoint-mb", "35", env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    # By hand: best + last + 100/10 snapshots = 12 checkpoints of 35 MB, twice (weights/ and
+    # published/) = 0.840 GB; plus the 5 MB tar, extracted; times 1.30; rounded up.
+    checkpoints = 12 * 35e6 * 2
+    total = (tar + checkpoints) * 1.30
+    assert f"= {checkpoints / 1e9:.3f} GB" in result.stdout
+    assert f"subtotal     {(tar + checkpoints) / 1e9:.3f} GB" in result.stdout
+    assert f"margin       x 1.30 = {total / 1e9:.3f} GB" in result.stdout
+    assert result.stdout.splitlines()[-1] == f"allocate     {math.ceil(total / 1e9)} GB"
+    assert math.ceil(total / 1e9) == 2
+    assert not [m for m, p in hub.requests if m == "GET" and p.endswith("shapes.tar")]
+
+
+def test_plan_disk_names_a_missing_repo(hub: Hub) -> None:
+    env = {"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_TOKEN": ""}
+    result = trainbox("plan", "disk", "--dataset-repo", "org/nope", "--checkpoint-mb", "1", env=env)
+    assert result.returncode == 3
+    assert "DATASET_REPO=org/nope: not found" in result.stderr

@@ -1,0 +1,171 @@
+"""The cost guard (ON_EXIT), end to end on the host: a real `trainbox run` of the demo on the
+CPU uploads to the test Hub, verifies the upload, then calls a local stand-in for vast.ai's
+or RunPod's API, and only then."""
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from entrypoint.errors import ExitCode
+from tests.conftest import trainbox
+from tests.hub import GOOD_TOKEN, Fault, Hub
+
+
+class Provider:
+    """A stand-in for a provider's API on 127.0.0.1: records every request, answers 200."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str, str, object]] = []
+        provider = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _any(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(length)) if length else None
+                provider.requests.append(
+                    (self.command, self.path, self.headers.get("Authorization", ""), body)
+                )
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            do_PUT = do_POST = do_DELETE = do_GET = _any
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def provider() -> Iterator[Provider]:
+    stand_in = Provider()
+    yield stand_in
+    stand_in.server.shutdown()
+
+
+def run(hub: Hub, provider: Provider, workspace: Path, **extra: str):
+    env = {"WORKSPACE": str(workspace), "DEVICE": "cpu", "EPOCHS": "1", "MONITOR": "false",
+           "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_TOKEN": GOOD_TOKEN,
+           "OUTPUT_REPO": "org/weights", "UPLOAD_INTERVAL": "1", "DATA": "", "DATASET_REPO": "",
+           "TRAINBOX_CONFIG": "", "VAST_API_URL": provider.url,
+           "RUNPOD_API_URL": f"{provider.url}/v1", **extra}  # fmt: skip
+    return trainbox("run", env=env, timeout=600)
+
+
+VAST = {"CONTAINER_ID": "4242", "CONTAINER_API_KEY": "vast-key-123"}
+RUNPOD = {"RUNPOD_POD_ID": "pod7", "RUNPOD_API_KEY": "rp-key-456"}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Hub, Path]]:
+    """One real run that trains, uploads, verifies, then asks the vast.ai stand-in to stop
+    this instance: the request, exactly, and only after the Hub was asked for its hashes."""
+    stand_in = Provider()
+    with Hub() as hub:
+        workspace = tmp_path_factory.mktemp("ws")
+        result = run(hub, stand_in, workspace, ON_EXIT="stop", **VAST)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert stand_in.requests == [
+            ("PUT", "/api/v0/instances/4242/", "Bearer vast-key-123", {"state": "stopped"})
+        ]
+        verified = [i for i, (_, p) in enumerate(hub.requests) if "/paths-info/" in p]
+        commits = [i for i, (_, p) in enumerate(hub.requests) if "/commit/" in p]
+        assert verified and commits and verified[-1] > commits[-1]
+        assert "vast-key-123" not in result.stderr  # the key is never logged
+        stand_in.server.shutdown()
+        yield hub, workspace
+
+
+@pytest.mark.parametrize(
+    ("action", "machine", "expected"),
+    [
+        ("destroy", VAST, ("DELETE", "/api/v0/instances/4242/", "Bearer vast-key-123", {})),
+        ("stop", RUNPOD, ("POST", "/v1/pods/pod7/stop", "Bearer rp-key-456", None)),
+        ("destroy", RUNPOD, ("DELETE", "/v1/pods/pod7", "Bearer rp-key-456", None)),
+    ],
+    ids=["vast-destroy", "runpod-stop", "runpod-destroy"],
+)  # fmt: skip
+def test_the_exact_request_is_sent_after_a_verified_upload(
+    trained: tuple[Hub, Path], provider: Provider, action: str, machine: dict, expected: tuple
+) -> None:
+    """A restart of the completed run trains nothing, verifies the upload, and asks."""
+    hub, workspace = trained
+    result = run(hub, provider, workspace, ON_EXIT=action, **machine)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "already completed" in result.stderr
+    assert provider.requests == [expected]
+    assert list(machine.values())[1] not in result.stderr
+
+
+def test_an_unverified_upload_sends_nothing_and_says_so(
+    trained: tuple[Hub, Path], provider: Provider
+) -> None:
+    hub, workspace = trained
+    hub.faults.append(Fault("/paths-info/", status=500, times=99))
+    try:
+        result = run(hub, provider, workspace, ON_EXIT="destroy", **VAST)
+    finally:
+        hub.faults.clear()
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert provider.requests == []
+    assert "ON_EXIT=destroy: not done: the upload to org/weights is not verified" in result.stderr
+
+
+def test_a_hub_that_holds_other_bytes_is_not_verified(
+    trained: tuple[Hub, Path], provider: Provider
+) -> None:
+    hub, workspace = trained
+    files = hub.repos["models/org/weights"].files
+    kept = files["run/last.pt"]
+    files["run/last.pt"] = b"not the checkpoint"
+    try:
+        result = run(hub, provider, workspace, ON_EXIT="stop", **RUNPOD)
+    finally:
+        files["run/last.pt"] = kept
+    assert provider.requests == [] and "not verified" in result.stderr
+
+
+def test_a_dry_run_logs_the_request_instead(trained: tuple[Hub, Path], provider: Provider) -> None:
+    hub, workspace = trained
+    result = run(hub, provider, workspace, ON_EXIT="stop", ON_EXIT_DRY_RUN="true", **VAST)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert provider.requests == []
+    assert (
+        f'would send to vast.ai: PUT {provider.url}/api/v0/instances/4242/ {{"state": "stopped"}}'
+        " (Authorization: Bearer ***)" in result.stderr
+    )
+    assert "vast-key-123" not in result.stderr
+
+
+def test_a_failed_final_upload_sends_nothing(hub: Hub, provider: Provider, tmp_path: Path) -> None:
+    hub.faults.append(Fault("/commit/", status=500, times=999))
+    result = run(hub, provider, tmp_path, ON_EXIT="stop", STOP_GRACE="8", **RUNPOD)
+    assert result.returncode == ExitCode.UPLOAD, result.stderr[-3000:]
+    assert provider.requests == []
+    assert "not verified" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "line"),
+    [
+        ({"OUTPUT_REPO": ""}, "ON_EXIT=stop needs OUTPUT_REPO"),
+        ({}, "ON_EXIT=stop: this is neither a vast.ai instance"),
+    ],
+    ids=["no-output-repo", "no-provider"],
+)
+def test_on_exit_that_cannot_act_stops_at_start(
+    hub: Hub, provider: Provider, tmp_path: Path, extra: dict, line: str
+) -> None:
+    result = run(hub, provider, tmp_path, ON_EXIT="stop", **extra)
+    assert result.returncode == ExitCode.CONFIG
+    [error] = [m for m in result.stderr.splitlines() if m.startswith("[trainbox] error:")]
+    assert line in error
+    assert not (tmp_path / "runs").exists()  # nothing trained

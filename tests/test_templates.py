@@ -1,0 +1,106 @@
+"""The provider templates in configs/providers: each parsed (with the provider's own library
+where it installs offline, else against its documented schema) and checked to run this
+image, with settings trainbox knows."""
+
+import copy
+import json
+import re
+import shlex
+import warnings
+
+import pytest
+import yaml
+
+from entrypoint import __version__, config
+from tests.conftest import REPO
+
+PROVIDERS = REPO / "configs" / "providers"
+IMAGE = re.compile(rf"^ghcr\.io/[A-Za-z0-9_.-]+/trainbox:{re.escape(__version__)}-cu1[0-9]{{2}}$")
+KNOWN = {key.upper() for key in config.KEYS} | {"HF_TOKEN", "HF_TOKEN_FILE"}
+
+
+def test_vastai_template_matches_the_documented_schema_and_starts_trainbox() -> None:
+    """POST /api/v0/template/ (docs.vast.ai, creating-and-using-templates-with-api)."""
+    spec = json.loads((PROVIDERS / "vastai.json").read_text())
+    for required in ("name", "image", "docker_login_repo", "docker_login_user",
+                     "docker_login_pass"):  # fmt: skip
+        assert isinstance(spec[required], str)
+    assert IMAGE.match(f"{spec['image']}:{spec['tag']}")
+    assert spec["runtype"] in ("ssh", "jupyter", "args")
+    # SSH and Jupyter launch modes replace the image's entrypoint: onstart must start the job.
+    assert spec["runtype"] == "args" or "tini -s -- trainbox run" in spec["onstart"]
+    assert len(spec["onstart"]) <= 4048 and spec["onstart"].rstrip().endswith("&")
+    flags = shlex.split(spec["env"])
+    settings = dict(flags[i + 1].split("=", 1) for i, f in enumerate(flags) if f == "-e")
+    assert set(settings) <= KNOWN and "HF_TOKEN" not in settings  # the token is never in a template
+    assert "-p" not in flags  # the dashboard has no authentication: reach it through SSH
+    assert settings["MONITOR_HOST"] == "127.0.0.1"
+    config.load(settings)  # the settings are valid
+    assert isinstance(spec["recommended_disk_space"], int)
+
+
+def test_runpod_template_matches_the_documented_schema() -> None:
+    """REST POST /v1/templates, TemplateCreateInput (rest.runpod.io openapi.json)."""
+    spec = json.loads((PROVIDERS / "runpod.json").read_text())
+    assert isinstance(spec["name"], str) and IMAGE.match(spec["imageName"])
+    assert spec["volumeMountPath"] == "/workspace" and spec["isServerless"] is False
+    assert all(isinstance(spec[k], int) for k in ("containerDiskInGb", "volumeInGb"))
+    assert isinstance(spec["env"], dict) and set(spec["env"]) <= KNOWN
+    assert spec["env"]["HF_TOKEN"] == "{{ RUNPOD_SECRET_hf_token }}"  # a secret, not a value
+    assert all(re.fullmatch(r"\d+/(http|tcp)", port) for port in spec["ports"])
+    assert "dockerEntrypoint" not in spec and "dockerStartCmd" not in spec  # the image's own
+    config.load({k: v for k, v in spec["env"].items() if k != "HF_TOKEN"})
+
+
+def test_skypilot_task_is_valid_for_skypilot() -> None:
+    import sky
+
+    spec = yaml.safe_load((PROVIDERS / "skypilot.yaml").read_text())
+    with pytest.raises(ValueError, match="HF_TOKEN"):  # the token must come at launch
+        sky.Task.from_yaml_config(copy.deepcopy(spec))
+    # SkyPilot's own schema check, as `sky launch --env HF_TOKEN` does it.
+    task = sky.Task.from_yaml_config(spec, env_overrides=[("HF_TOKEN", "hf_at_launch")])
+    [resources] = task.resources
+    assert IMAGE.match(resources.image_id[None].removeprefix("docker:"))
+    assert set(task.envs) <= KNOWN
+    assert "trainbox run" in task.run
+    config.load({k: v for k, v in task.envs.items() if k != "HF_TOKEN"})
+
+
+def test_modal_app_builds_with_modal() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("modal_app", PROVIDERS / "modal_app.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # modal's objects are lazy: no network, no account
+    assert module.app.name == "trainbox"
+    assert IMAGE.match(module.IMAGE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        function = module.app.registered_functions["train"]
+    assert function._spec_.gpus == "H100"
+    assert module.TIMEOUT <= 24 * 60 * 60  # Modal's documented maximum
+    assert int(module.SETTINGS["MAX_RUNTIME"]) + int(module.SETTINGS["STOP_GRACE"]) < module.TIMEOUT
+    assert set(module.SETTINGS) <= KNOWN
+    config.load(module.SETTINGS)
+
+
+def test_docker_run_line_uses_the_image_a_volume_shm_and_a_stop_timeout() -> None:
+    line = (PROVIDERS / "docker-run.sh").read_text().split("exec ", 1)[1]
+    words = shlex.split(line.replace("\\\n", " "))
+    assert words[:3] == ["docker", "run", "--gpus"] and IMAGE.match(words[-1])
+    assert "trainbox:/workspace" in words and "--shm-size" in words
+    assert int(words[words.index("--stop-timeout") + 1]) >= 110 + 10  # STOP_GRACE + the stop
+    assert "127.0.0.1:8420:8420" in words
+
+
+def test_every_template_runs_the_same_image() -> None:
+    texts = [p.read_text() for p in sorted(PROVIDERS.iterdir())]
+    images = {m for text in texts for m in re.findall(r"ghcr\.io/[\w.-]+/trainbox:[\w.-]+", text)}
+    vast = json.loads((PROVIDERS / "vastai.json").read_text())
+    images.add(f"{vast['image']}:{vast['tag']}")
+    assert len(images) == 1, images
+    readme = (REPO / "README.md").read_text()
+    for template in sorted(PROVIDERS.iterdir()):
+        assert f"configs/providers/{template.name}" in readme, template.name
+    assert yaml.safe_load((PROVIDERS / "skypilot.yaml").read_text())["name"] == "trainbox"

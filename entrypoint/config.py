@@ -193,6 +193,25 @@ class Config:
         "before training, profile this many steps with libreyolo's profiler and record whether "
         "the dataloader, the host or the GPU is the bottleneck; `0`: off",
     )
+    nnodes: int = setting(
+        1, _int_at_least(1), "machines in the job; more than 1 trains through torchrun"
+    )
+    node_rank: int = setting(
+        0,
+        _int_at_least(0),
+        "this machine's rank, 0 to NNODES-1; node 0 alone publishes, uploads and writes the status",
+    )
+    nproc_per_node: int = setting(
+        0,
+        _int_at_least(0),
+        "training processes on this machine, through torchrun when more than 1; `0`: one per "
+        "visible GPU",
+    )
+    master_addr: str = setting("127.0.0.1", _text, "address of node 0, where the ranks meet")
+    master_port: int = setting(29500, _int_at_least(1), "port on node 0 where the ranks meet")
+    rdzv_timeout: int = setting(
+        600, _int_at_least(1), "seconds every node has to join before the job fails"
+    )
     allow_dataset_change: bool = setting(
         False, _bool, "resume a run from the Hub even if the dataset differs from its manifest's"
     )
@@ -283,9 +302,34 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return _parse_layer(loaded, str(path), env=False)
 
 
+# What SkyPilot and Kubernetes training operators set, read when trainbox's own names are not.
+# PyTorchJob v1 gives a pod its node rank as RANK; `trainbox run` exports the resolved names
+# before it starts any rank, whose RANK torchrun sets to the global one.
+ALIASES = {
+    "NNODES": ("PET_NNODES", "SKYPILOT_NUM_NODES"),
+    "NODE_RANK": ("PET_NODE_RANK", "SKYPILOT_NODE_RANK", "JOB_COMPLETION_INDEX", "RANK"),
+    "NPROC_PER_NODE": ("PET_NPROC_PER_NODE", "SKYPILOT_NUM_GPUS_PER_NODE"),
+    "MASTER_ADDR": ("PET_MASTER_ADDR",),
+    "MASTER_PORT": ("PET_MASTER_PORT",),
+}
+
+
+def _aliased(environ: Mapping[str, str]) -> dict[str, str]:
+    found = {}
+    for name, aliases in ALIASES.items():
+        given = (environ[a] for a in aliases if environ.get(a, "").strip() not in ("", "auto"))
+        if value := next(given, ""):
+            # PET_NNODES may be an elastic range such as 1:2; trainbox runs the largest.
+            found[name] = value.rpartition(":")[2] if name == "NNODES" else value
+    if ips := environ.get("SKYPILOT_NODE_IPS", "").split():
+        found["MASTER_ADDR"] = ips[0]  # SkyPilot's head node
+    return found
+
+
 def load(environ: Mapping[str, str] | None = None) -> Config:
     """Build the run's config from the YAML file and the environment, checked."""
     environ = os.environ if environ is None else environ
+    environ = {**_aliased(environ), **environ}
     file_name = environ.get("TRAINBOX_CONFIG", "").strip()
     from_file = _read_yaml(Path(file_name)) if file_name else {}
     from_env = _parse_layer(
@@ -303,4 +347,21 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
     config = Config()
     if not (chosen.get("data") or chosen.get("dataset_repo")):
         config = replace(config, **_read_yaml(DEMO_PRESET))
-    return replace(config, **chosen)
+    return _check_job(replace(config, **chosen))
+
+
+def _check_job(config: Config) -> Config:
+    """Settings that only make sense together."""
+    if config.node_rank >= config.nnodes:
+        raise TrainboxError(
+            f"NODE_RANK={config.node_rank} with NNODES={config.nnodes}: node ranks go from 0 "
+            f"to {config.nnodes - 1}",
+            ExitCode.CONFIG,
+        )
+    if config.nnodes > 1 and not config.output_repo:
+        raise TrainboxError(
+            f"NNODES={config.nnodes} needs OUTPUT_REPO: every node resumes from the checkpoint "
+            "uploaded there, so that all ranks start from the same one",
+            ExitCode.CONFIG,
+        )
+    return config

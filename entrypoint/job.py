@@ -14,6 +14,7 @@ import sys
 from . import (
     __version__,
     dataset,
+    distributed,
     preflight,
     provider,
     publish,
@@ -38,6 +39,13 @@ def run(cfg: Config) -> int:
         cfg.run_name,
         cfg.device,
     )
+    status.write_here(cfg.node_rank == 0)
+    # The resolved job shape, for every program and rank started from here.
+    os.environ.update(NNODES=str(cfg.nnodes), NODE_RANK=str(cfg.node_rank),
+                      MASTER_ADDR=cfg.master_addr, MASTER_PORT=str(cfg.master_port))  # fmt: skip
+    if cfg.nnodes > 1:
+        log.info("node %d of %d, meeting at %s:%d", cfg.node_rank, cfg.nnodes, cfg.master_addr,
+                 cfg.master_port)  # fmt: skip
     limits = {"max_runtime": cfg.max_runtime, "stall_timeout": cfg.stall_timeout}
     status.record(cfg.workspace, "preflight", fresh=True, run=cfg.run_name, limits=limits)
     try:
@@ -47,7 +55,8 @@ def run(cfg: Config) -> int:
                       reason=str(err))  # fmt: skip
         raise
     status.record(cfg.workspace, status.ended(code), exit_code=int(code))
-    if code != ExitCode.INTERRUPTED and cfg.output_repo:  # a stop signal: someone is on it
+    # After a stop signal someone is already stopping the machine; node 0 speaks for the job.
+    if code != ExitCode.INTERRUPTED and cfg.output_repo and cfg.node_rank == 0:
         provider.on_exit(cfg, upload.verify(cfg))
     return code
 
@@ -60,7 +69,8 @@ def _steps(cfg: Config) -> int:
     if ready is not None:
         return ready
     status.record(cfg.workspace, "training")
-    return supervise.run(cfg)
+    gpus = len(preflight.read(cfg)["gpus"])
+    return supervise.run(cfg, distributed.command(cfg, gpus))
 
 
 def _prepare(cfg: Config) -> int | None:
@@ -71,7 +81,7 @@ def _prepare(cfg: Config) -> int | None:
             "run %s already completed: nothing to train (set RUN_NAME for a new run)", cfg.run_dir
         )
         # A final upload that failed last time is retried: completed is not yet safe.
-        return upload.flush(cfg) if cfg.output_repo else ExitCode.OK
+        return upload.flush(cfg) if cfg.output_repo and cfg.node_rank == 0 else ExitCode.OK
     # Preflight in its own process: the CUDA context it opens must not outlive the check.
     checked = subprocess.run([sys.executable, "-m", "entrypoint", "check"], check=False)
     if checked.returncode:
@@ -93,7 +103,7 @@ def _prepare(cfg: Config) -> int | None:
                 cfg.output_repo,
             )
             return ExitCode.OK
-        if previous is None:  # a new run: prove write access before anything slow
+        if previous is None and cfg.node_rank == 0:  # a new run: can we write? before all else
             upload.prepare(cfg, publish.provenance(cfg, verdict, None))
     else:
         log.warning(
@@ -105,7 +115,8 @@ def _prepare(cfg: Config) -> int | None:
     manifest = publish.provenance(cfg, verdict, dataset.identity(cfg))
     if previous:  # the Hub keeps the run's manifest until the resume is known to be right
         resume.check_dataset(cfg, previous, manifest)
-        upload.prepare(cfg, manifest)  # writes it here too
+        if cfg.node_rank == 0:
+            upload.prepare(cfg, manifest)  # writes it here too
     else:
         publish.write_manifest(cfg.run_dir, manifest)
     return None

@@ -59,7 +59,9 @@ def fetch(cfg: Config) -> dict[str, Any] | None:
     gets its status.json only, so that it is not trained again. A Hub that cannot be asked
     stops the run: starting over would overwrite the Hub's newer weights with epoch 1.
     """
-    if not cfg.output_repo or run_state(cfg.run_dir) or (cfg.run_dir / "weights").exists():
+    local = run_state(cfg.run_dir) or (cfg.run_dir / "weights").exists()
+    # Several machines all take the Hub's copy, so that every rank starts from the same one.
+    if not cfg.output_repo or (local and cfg.nnodes == 1):
         return None
     with tempfile.TemporaryDirectory(dir=cfg.workspace) as scratch:
         remote_status = _download(cfg, "status.json", scratch)
@@ -74,7 +76,7 @@ def fetch(cfg: Config) -> dict[str, Any] | None:
         if manifest is None or last is None:
             return None
         (cfg.run_dir / "weights").mkdir(exist_ok=True)
-        shutil.move(last, cfg.run_dir / "weights" / "last.pt")
+        shutil.move(last, cfg.run_dir / "weights" / "last.pt")  # replaces a local one
         log.info("resuming run %s from the last.pt on %s", cfg.run_name, cfg.output_repo)
         return json.loads(manifest.read_text())
 

@@ -66,9 +66,20 @@ def read(workspace: Path) -> dict[str, Any]:
     return _json(path(workspace))
 
 
+_writer = True
+
+
+def write_here(allowed: bool) -> None:
+    """In a job of several machines, node 0 alone writes the status (volumes may be shared)."""
+    global _writer
+    _writer = allowed
+
+
 def record(workspace: Path, phase: str, *, fresh: bool = False, **fields: Any) -> None:
     """Set the container's phase and fields; ``fresh`` starts a new status (a new start).
     A new phase counts as progress."""
+    if not _writer:
+        return
     now = iso()
     kept = {} if fresh else read(workspace)
     if kept.get("phase") != phase and not fields.get("progress_at"):

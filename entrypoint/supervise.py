@@ -32,8 +32,8 @@ def render(runtime: Path, train_command: str, cfg: Config) -> str:
         python=sys.executable,
         train_command=train_command,
         stop_wait=STOP_WAIT_SECONDS,
-        upload=str(bool(cfg.output_repo)).lower(),
-        monitor=str(cfg.monitor).lower(),
+        upload=str(bool(cfg.output_repo) and cfg.node_rank == 0).lower(),
+        monitor=str(cfg.monitor and cfg.node_rank == 0).lower(),
         stop_grace=cfg.stop_grace,
     )
 
@@ -46,7 +46,7 @@ def run(cfg: Config, train_command: str | None = None) -> int:
     command = train_command or f"{sys.executable} -m entrypoint train"
     conf = runtime / "supervisord.conf"
     conf.write_text(render(runtime, command, cfg))
-    upload = bool(cfg.output_repo)
+    upload = bool(cfg.output_repo) and cfg.node_rank == 0
     supervisord = Path(sys.executable).with_name("supervisord")
     child = subprocess.Popen([str(supervisord), "--configuration", str(conf)])
     stopped_by: list[int] = []

@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from . import distributed
 from .config import Config
 from .dataset import data_yaml
 from .errors import ExitCode, TrainboxError
@@ -104,6 +105,8 @@ def train(cfg: Config) -> None:
     if cfg.profile_steps and not resume_from:
         profile(cfg)
     model = _build_model(cfg, resume_from)
+    if where := distributed.describe():
+        log.info("distributed: %s", where)
     if resume_from:
         log.info("resuming %s from %s", cfg.run_dir, resume_from)
     else:
@@ -120,7 +123,9 @@ def train(cfg: Config) -> None:
         name=cfg.run_name,
         exist_ok=True,
         resume=bool(resume_from),
-        callbacks=[EpochLog(), Publisher()],
+        # Global rank 0 alone logs epochs and publishes; SyncBatchNorm needs GPU modules.
+        callbacks=[EpochLog(), Publisher()] if distributed.rank() == 0 else [],
+        **({"sync_bn": False} if cfg.device == "cpu" else {}),
     )
     log.info("training completed: weights in %s", cfg.run_dir / "weights")
 

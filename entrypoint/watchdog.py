@@ -105,6 +105,7 @@ def program(cfg: Config, result: Path) -> int:
     ``result`` and stop supervisord (its parent) as ``docker stop`` would."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    status.write_here(cfg.node_rank == 0)
     while True:
         state = refresh(cfg)
         if error := verdict(cfg, state):

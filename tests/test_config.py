@@ -124,3 +124,15 @@ def test_cli_config_shows_the_resolved_settings() -> None:
     assert result.returncode == 0
     assert "EPOCHS=12" in result.stdout.splitlines()
     assert "MODEL=LibreYOLO9t.pt" in result.stdout.splitlines()
+
+
+def test_job_shape_comes_from_ours_or_the_launchers_names_and_is_checked() -> None:
+    ours = config.load({"NNODES": "2", "NODE_RANK": "1", "PET_NODE_RANK": "0",
+                        "OUTPUT_REPO": "o/r"})  # fmt: skip
+    assert (ours.nnodes, ours.node_rank) == (2, 1)  # trainbox's own names win
+    elastic = config.load({"PET_NNODES": "1:3", "PET_NPROC_PER_NODE": "auto", "OUTPUT_REPO": "o/r"})
+    assert (elastic.nnodes, elastic.nproc_per_node) == (3, 0)
+    with pytest.raises(TrainboxError, match="NODE_RANK=2 with NNODES=2: node ranks go from 0 to 1"):
+        config.load({"NNODES": "2", "NODE_RANK": "2", "OUTPUT_REPO": "o/r"})
+    with pytest.raises(TrainboxError, match="NNODES=2 needs OUTPUT_REPO"):
+        config.load({"NNODES": "2"})

@@ -104,3 +104,56 @@ def test_every_template_runs_the_same_image() -> None:
     for template in sorted(PROVIDERS.iterdir()):
         assert f"configs/providers/{template.name}" in readme, template.name
     assert yaml.safe_load((PROVIDERS / "skypilot.yaml").read_text())["name"] == "trainbox"
+
+
+def test_skypilot_two_node_task_resolves_each_node() -> None:
+    import sky
+
+    spec = yaml.safe_load((PROVIDERS / "skypilot-multinode.yaml").read_text())
+    task = sky.Task.from_yaml_config(spec, env_overrides=[("HF_TOKEN", "hf_at_launch")])
+    assert task.num_nodes == 2 and "trainbox run" in task.run
+    [resources] = task.resources
+    assert IMAGE.match(resources.image_id[None].removeprefix("docker:"))
+    settings = {k: v for k, v in task.envs.items() if k != "HF_TOKEN"}
+    assert set(settings) <= KNOWN
+    # What SkyPilot sets on the second node.
+    node = config.load({**settings, "SKYPILOT_NODE_RANK": "1", "SKYPILOT_NUM_NODES": "2",
+                        "SKYPILOT_NODE_IPS": "10.0.0.7\n10.0.0.8",
+                        "SKYPILOT_NUM_GPUS_PER_NODE": "8"})  # fmt: skip
+    assert (node.nnodes, node.node_rank, node.master_addr, node.nproc_per_node) == (
+        2,
+        1,
+        "10.0.0.7",
+        8,
+    )
+
+
+def test_kubernetes_pytorchjob_runs_two_nodes_of_the_image() -> None:
+    job = yaml.safe_load((PROVIDERS / "kubernetes-pytorchjob.yaml").read_text())
+    assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
+    replicas = job["spec"]["pytorchReplicaSpecs"]
+    assert (replicas["Master"]["replicas"], replicas["Worker"]["replicas"]) == (1, 1)
+    for role in ("Master", "Worker"):
+        pod = replicas[role]["template"]["spec"]
+        assert replicas[role]["restartPolicy"] == "Never"
+        assert pod["terminationGracePeriodSeconds"] >= config.Config.stop_grace + 10
+        [container] = pod["containers"]
+        assert container["name"] == "pytorch"  # the operator injects its variables there
+        assert IMAGE.match(container["image"]) and container["args"] == ["run"]
+        env = {e["name"]: e for e in container["env"]}
+        assert set(env) <= KNOWN
+        assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"]  # from a secret, never a value
+        mounts = {m["mountPath"] for m in container["volumeMounts"]}
+        assert {"/workspace", "/dev/shm"} <= mounts
+    settings = {k: e["value"] for k, e in env.items() if "value" in e}
+    # What the training operator sets in the Worker pod (PyTorchJob v1: the pod's RANK).
+    node = config.load({**settings, "PET_NNODES": "2", "RANK": "1", "WORLD_SIZE": "2",
+                        "MASTER_ADDR": "trainbox-master-0", "MASTER_PORT": "23456",
+                        "PET_NPROC_PER_NODE": job["spec"]["nprocPerNode"]})  # fmt: skip
+    assert (node.nnodes, node.node_rank, node.master_addr, node.master_port) == (
+        2,
+        1,
+        "trainbox-master-0",
+        23456,
+    )
+    assert node.nproc_per_node == 8

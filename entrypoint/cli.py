@@ -9,7 +9,19 @@ from pathlib import Path
 
 import click
 
-from . import __version__, config, dataset, hub, job, plan, preflight, supervise, upload, watchdog
+from . import (
+    __version__,
+    config,
+    dataset,
+    distributed,
+    hub,
+    job,
+    plan,
+    preflight,
+    supervise,
+    upload,
+    watchdog,
+)
 from . import train as training
 from .errors import ExitCode, TrainboxError
 
@@ -167,6 +179,13 @@ def show_config() -> None:
     cfg = config.load()
     for key in config.KEYS:
         click.echo(f"{key.upper()}={getattr(cfg, key)}")
+
+
+@cli.command("launch", hidden=True)
+@click.argument("procs", type=int)
+def launch(procs: int) -> int:
+    """The supervised train program under torchrun (internal)."""
+    return distributed.launch(config.load(), procs, Path(os.environ["TRAINBOX_RUNTIME"]))
 
 
 @cli.command("watchdog", hidden=True)

@@ -10,11 +10,27 @@ Node 0 alone publishes, uploads, serves the dashboard and writes the container's
 every node stages the dataset on its own volume.
 """
 
+import datetime
+import logging
 import os
 import shlex
+import signal
+import subprocess
 import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
 
+from .atomic import write_atomic
 from .config import Config
+from .errors import ExitCode
+
+log = logging.getLogger("trainbox")
+
+HEARTBEAT_SECONDS = 2
+STARTED = "train-started"  # in the runtime folder: a rank got past the rendezvous
+RESULT = "train-result"  # in the runtime folder: the exit code a rank chose for the job
 
 
 def processes(cfg: Config, gpus: int) -> int:
@@ -31,14 +47,108 @@ def command(cfg: Config, gpus: int) -> str:
     train = [sys.executable, "-m", "entrypoint", "train"]
     if not uses_torchrun(cfg):
         return shlex.join(train)
-    torchrun = [
+    return shlex.join([sys.executable, "-m", "entrypoint", "launch", str(processes(cfg, gpus))])
+
+
+def torchrun(cfg: Config, procs: int) -> list[str]:
+    return [
         sys.executable, "-m", "torch.distributed.run",
-        f"--nnodes={cfg.nnodes}", f"--node-rank={cfg.node_rank}",
-        f"--nproc-per-node={processes(cfg, gpus)}",
+        f"--nnodes={cfg.nnodes}", f"--node-rank={cfg.node_rank}", f"--nproc-per-node={procs}",
         f"--master-addr={cfg.master_addr}", f"--master-port={cfg.master_port}",
         f"--rdzv-conf=timeout={cfg.rdzv_timeout}", "--max-restarts=0",
+        "-m", "entrypoint", "train",
     ]  # fmt: skip
-    return shlex.join([*torchrun, *train[1:]])
+
+
+def launch(cfg: Config, procs: int, runtime: Path) -> int:
+    """The ``train`` program under torchrun: run it, then turn how it ended into one line and
+    the job's exit code. A stop reaches torchrun and the ranks (the whole process group), so
+    this waits for them."""
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop, signal.SIG_IGN)
+    code = subprocess.run(torchrun(cfg, procs), check=False).returncode
+    if (runtime / RESULT).is_file():
+        return int((runtime / RESULT).read_text())
+    if code and not (runtime / STARTED).is_file():
+        log.error(
+            "NNODES=%d: the job never started: not every node joined %s:%d within "
+            "RDZV_TIMEOUT=%d s; start every node with the same NNODES, MASTER_ADDR and "
+            "MASTER_PORT, each with its own NODE_RANK, and check node 0 is reachable",
+            cfg.nnodes,
+            cfg.master_addr,
+            cfg.master_port,
+            cfg.rdzv_timeout,
+        )
+        return ExitCode.NODE_LOST
+    return code
+
+
+def started() -> None:
+    """A rank is past the rendezvous (for ``launch``)."""
+    if runtime := os.environ.get("TRAINBOX_RUNTIME"):
+        Path(runtime, STARTED).touch()
+
+
+def chose(code: int) -> None:
+    """A rank's choice of the job's exit code (for ``launch``; torchrun's own is 1)."""
+    if runtime := os.environ.get("TRAINBOX_RUNTIME"):
+        write_atomic(Path(runtime, RESULT), f"{int(code)}\n")
+
+
+class Heartbeat:
+    """Each rank's pulse in torchrun's own rendezvous store (on node 0), so that when a
+    collective fails, the ranks still alive can name the ones that went silent."""
+
+    def __init__(self, store: Any, world: int) -> None:
+        self.store, self.world, self.rank = store, world, rank()
+
+    @classmethod
+    def start(cls) -> "Heartbeat | None":
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world < 2:
+            return None
+        import torch.distributed as dist
+
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                              is_master=False, timeout=datetime.timedelta(seconds=10))  # fmt: skip
+        pulse = cls(store, world)
+        store.set(f"trainbox/node/{pulse.rank}", os.environ.get("GROUP_RANK", "?"))
+        threading.Thread(target=pulse._beat, daemon=True).start()
+        return pulse
+
+    def _beat(self) -> None:
+        count = 0
+        while True:
+            count += 1
+            try:
+                self.store.set(f"trainbox/beat/{self.rank}", str(count))
+            except Exception:  # the store is gone with node 0: silent() says so
+                return
+            time.sleep(HEARTBEAT_SECONDS)
+
+    def _pulses(self) -> dict[int, bytes]:
+        keys = {r: f"trainbox/beat/{r}" for r in range(self.world) if r != self.rank}
+        return {r: self.store.get(k) for r, k in keys.items() if self.store.check([k])}
+
+    def silent(self) -> str | None:
+        """After a failed collective: which ranks stopped beating, in words; None if none."""
+        try:
+            before = self._pulses()
+            time.sleep(3 * HEARTBEAT_SECONDS)
+            after = self._pulses()
+            gone = [
+                r for r in range(self.world) if r != self.rank and after.get(r) == before.get(r)
+            ]
+            nodes = {r: self.store.get(f"trainbox/node/{r}").decode() for r in gone}
+        except Exception:
+            return (
+                f"node 0 ({os.environ.get('MASTER_ADDR')}), which holds the rendezvous, "
+                "stopped answering"
+            )
+        if not gone:
+            return None
+        named = ", ".join(f"rank {r} (node {nodes[r]})" for r in gone)
+        return f"{named} stopped answering: that node failed or was stopped"
 
 
 def rank() -> int:

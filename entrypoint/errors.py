@@ -16,6 +16,7 @@ class ExitCode(IntEnum):
     UPLOAD = 7
     TIME_LIMIT = 8
     STALLED = 9
+    NODE_LOST = 10
     INTERRUPTED = 130
 
 

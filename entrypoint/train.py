@@ -132,6 +132,8 @@ def train(cfg: Config) -> None:
 
 def main(cfg: Config) -> int:
     """Run training and turn its outcome into the program's exit code."""
+    distributed.started()
+    pulse = distributed.Heartbeat.start()
     try:
         train(cfg)
     except KeyboardInterrupt:
@@ -140,6 +142,15 @@ def main(cfg: Config) -> int:
     except TrainboxError:
         raise
     except Exception as err:
+        if pulse and (silent := pulse.silent()):
+            log.error(
+                "training stopped on rank %d: %s; every node ends now: start them all again "
+                "to resume from the last uploaded epoch",
+                distributed.rank(),
+                silent,
+            )
+            distributed.chose(ExitCode.NODE_LOST)
+            return ExitCode.NODE_LOST
         log.error(
             "training failed: %s: %s (details in %s)",
             type(err).__name__,

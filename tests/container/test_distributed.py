@@ -1,6 +1,7 @@
 """Several processes and machines through torchrun, in real containers on this machine:
 host networking, rendezvous on 127.0.0.1, the CPU (gloo)."""
 
+import hashlib
 import json
 import socket
 import time
@@ -8,6 +9,7 @@ import uuid
 
 import pytest
 
+from entrypoint.errors import ExitCode
 from tests.container.conftest import docker, in_volume, run_container
 from tests.hub import GOOD_TOKEN, Hub
 
@@ -21,40 +23,109 @@ def free_port() -> int:
 
 
 def test_two_containers_train_as_two_nodes_and_only_node_0_uploads(image: str, hub: Hub) -> None:
-    port, tag = free_port(), uuid.uuid4().hex[:8]
-    common = {"DEVICE": "cpu", "NNODES": "2", "MASTER_ADDR": "127.0.0.1",
-              "MASTER_PORT": str(port), "EPOCHS": "2", "MONITOR": "false",
-              "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_TOKEN": GOOD_TOKEN,
-              "OUTPUT_REPO": "org/weights", "UPLOAD_INTERVAL": "1"}  # fmt: skip
-    names = [f"trainbox-node{rank}-{tag}" for rank in (0, 1)]
-    volumes = [f"trainbox-test-node{rank}-{tag}" for rank in (0, 1)]
+    nodes = Nodes(image, hub, EPOCHS="2")
     try:
-        for rank, (name, volume) in enumerate(zip(names, volumes, strict=True)):
-            flags = [f for k, v in {**common, "NODE_RANK": str(rank)}.items()
-                     for f in ("-e", f"{k}={v}")]  # fmt: skip
-            started = docker("run", "-d", "--name", name, "--network", "host",
-                             "-v", f"{volume}:/workspace", *flags, image)  # fmt: skip
-            assert started.returncode == 0, started.stderr
-        codes = [int(docker("wait", name, timeout=900).stdout) for name in names]
-        logs = [docker("logs", name) for name in names]
-        logs = [log.stdout + log.stderr for log in logs]
+        nodes.start(0, 1)
+        codes = [nodes.wait(0), nodes.wait(1)]
+        logs = [nodes.log(0), nodes.log(1)]
         assert codes == [0, 0], "\n=====\n".join(log[-3000:] for log in logs)
         assert "distributed: rank 0 of world size 2 (node 0" in logs[0]
         assert "distributed: rank 1 of world size 2 (node 1" in logs[1]
         assert "uploaded epoch 2" in logs[0] and "upload" not in logs[1].lower()
         assert "epoch 2/2 done" in logs[0] and "epoch 2/2 done" not in logs[1]
-        final = json.loads(in_volume(image, volumes[0], "trainbox", "status", "--json"))
+        final = json.loads(in_volume(image, nodes.volumes[0], "trainbox", "status", "--json"))
         assert (final["phase"], final["exit_code"]) == ("completed", 0)
         # Node 1 writes no container status and publishes nothing: node 0 speaks for the job.
-        listing = in_volume(image, volumes[1], "sh", "-c", "ls -A /workspace/trainbox; "
+        listing = in_volume(image, nodes.volumes[1], "sh", "-c", "ls -A /workspace/trainbox; "
                             "ls -A /workspace/runs/run/published 2>/dev/null; true")  # fmt: skip
         assert "status.json" not in listing and "last.pt" not in listing
         assert set(hub.repos["models/org/weights"].files) >= {"run/last.pt", "run/best.pt"}
     finally:
-        for name in names:
+        nodes.remove()
+
+
+class Nodes:
+    """Containers that are the nodes of one job, each with its own volume."""
+
+    def __init__(self, image: str, hub: Hub, **extra: str) -> None:
+        self.image, self.tag = image, uuid.uuid4().hex[:8]
+        self.env = {"DEVICE": "cpu", "NNODES": "2", "MASTER_ADDR": "127.0.0.1",
+                    "MONITOR": "false", "OMP_NUM_THREADS": "1", "HF_ENDPOINT": hub.url,
+                    "HF_HUB_DISABLE_XET": "1", "HF_TOKEN": GOOD_TOKEN,
+                    "OUTPUT_REPO": "org/weights", "UPLOAD_INTERVAL": "1", **extra}  # fmt: skip
+        self.names = [f"trainbox-node{rank}-{self.tag}" for rank in (0, 1)]
+        self.volumes = [f"trainbox-test-node{rank}-{self.tag}" for rank in (0, 1)]
+
+    def start(self, *ranks: int) -> None:
+        port = str(free_port())  # a fresh rendezvous for every start
+        for rank in ranks:
+            docker("rm", "-f", self.names[rank])
+            env = {**self.env, "NODE_RANK": str(rank), "MASTER_PORT": port}
+            flags = [f for k, v in env.items() for f in ("-e", f"{k}={v}")]
+            mount = f"{self.volumes[rank]}:/workspace"
+            started = docker("run", "-d", "--name", self.names[rank], "--network", "host",
+                             "-v", mount, *flags, self.image)  # fmt: skip
+            assert started.returncode == 0, started.stderr
+
+    def wait(self, rank: int) -> int:
+        return int(docker("wait", self.names[rank], timeout=900).stdout)
+
+    def log(self, rank: int) -> str:
+        result = docker("logs", self.names[rank])
+        return result.stdout + result.stderr
+
+    def remove(self) -> None:
+        for name in self.names:
             docker("rm", "-f", name)
-        for volume in volumes:
+        for volume in self.volumes:
             docker("volume", "rm", "--force", volume)
+
+
+def test_a_lost_node_ends_the_job_naming_its_rank_and_both_resume(image: str, hub: Hub) -> None:
+    nodes = Nodes(image, hub, EPOCHS="3")
+    try:
+        nodes.start(0, 1)
+        deadline = time.monotonic() + 600
+        while "uploaded epoch 1" not in nodes.log(0):
+            assert time.monotonic() < deadline, nodes.log(0)[-3000:]
+            time.sleep(1)
+        killed = time.monotonic()
+        docker("kill", nodes.names[1])
+        code = nodes.wait(0)
+        ended = time.monotonic() - killed
+        log = nodes.log(0)
+        assert code == ExitCode.NODE_LOST, log[-4000:]
+        assert "training stopped on rank 0: rank 1 (node 1) stopped answering" in log
+        assert ended < 60, ended  # heartbeats (3 x 2 s) and the final upload, not a timeout
+        uploaded = json.loads(in_volume(image, nodes.volumes[0], "cat",
+                                        "/workspace/runs/run/published/index.json"))  # fmt: skip
+        held = hub.repos["models/org/weights"].files["run/last.pt"]
+        assert hashlib.sha256(held).hexdigest() == uploaded["files"]["last.pt"]
+
+        nodes.start(0, 1)  # both again: every rank resumes from the Hub's last.pt
+        codes = [nodes.wait(0), nodes.wait(1)]
+        logs = [nodes.log(0), nodes.log(1)]
+        assert codes == [0, 0], "\n=====\n".join(log[-3000:] for log in logs)
+        for rank, log in enumerate(logs):
+            assert f"rank {rank} of world size 2" in log
+            assert "resuming run run from the last.pt on org/weights" in log
+        assert f"epoch {uploaded['epoch']}/3 done" not in logs[0] and "epoch 3/3 done" in logs[0]
+    finally:
+        nodes.remove()
+
+
+def test_a_node_that_never_joins_times_out_with_one_line(image: str, hub: Hub) -> None:
+    nodes = Nodes(image, hub, RDZV_TIMEOUT="15")
+    try:
+        started = time.monotonic()
+        nodes.start(0)  # node 1 never comes
+        code = nodes.wait(0)
+        log = nodes.log(0)
+        assert code == ExitCode.NODE_LOST, log[-3000:]
+        assert "NNODES=2: the job never started: not every node joined 127.0.0.1:" in log
+        assert time.monotonic() - started < 15 + 60
+    finally:
+        nodes.remove()
 
 
 def test_two_processes_in_one_container(image: str, volume: str) -> None:

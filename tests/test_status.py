@@ -1,6 +1,7 @@
 """The container's status file: phases recorded atomically, a new start begins afresh."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -88,6 +89,11 @@ def test_status_needs_only_the_standard_library(tmp_path: Path) -> None:
         [*command[:-1], str(tmp_path / "nothing")], cwd=REPO, capture_output=True, text=True
     )
     assert missing.returncode == 1 and "no status at" in missing.stderr
+    worker = subprocess.run(  # another node of a job: healthy, node 0 holds the status
+        [*command[:-1], str(tmp_path / "nothing"), "--health"], cwd=REPO, capture_output=True,
+        text=True, env={**os.environ, "NODE_RANK": "1"},
+    )  # fmt: skip
+    assert worker.returncode == 0 and "node 0 holds the run's status" in worker.stdout
 
 
 def test_the_staging_meter_records_bytes_rate_and_eta_only_in_a_container_run(

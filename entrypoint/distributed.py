@@ -43,11 +43,9 @@ def uses_torchrun(cfg: Config) -> bool:
 
 
 def command(cfg: Config, gpus: int) -> str:
-    """The ``train`` program's command line."""
-    train = [sys.executable, "-m", "entrypoint", "train"]
-    if not uses_torchrun(cfg):
-        return shlex.join(train)
-    return shlex.join([sys.executable, "-m", "entrypoint", "launch", str(processes(cfg, gpus))])
+    """The ``train`` program's command line: the trainer, or ``launch`` (torchrun's wrapper)."""
+    program = ["launch", str(processes(cfg, gpus))] if uses_torchrun(cfg) else ["train"]
+    return shlex.join([sys.executable, "-m", "entrypoint", *program])
 
 
 def torchrun(cfg: Config, procs: int) -> list[str]:

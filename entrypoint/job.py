@@ -56,7 +56,8 @@ def run(cfg: Config) -> int:
         raise
     status.record(cfg.workspace, status.ended(code), exit_code=int(code))
     # After a stop signal someone is already stopping the machine; node 0 speaks for the job.
-    if code != ExitCode.INTERRUPTED and cfg.output_repo and cfg.node_rank == 0:
+    # ON_EXIT implies OUTPUT_REPO (provider.check); the Hub is asked only when it will act.
+    if cfg.on_exit != "none" and code != ExitCode.INTERRUPTED and cfg.node_rank == 0:
         provider.on_exit(cfg, upload.verify(cfg))
     return code
 

@@ -82,9 +82,7 @@ def send(found: Request) -> None:
 
 
 def on_exit(cfg: Config, verified: bool) -> None:
-    """Stop or destroy this machine, only when the weights are verified on the Hub."""
-    if cfg.on_exit == "none":
-        return
+    """Stop or destroy this machine (ON_EXIT), only when the weights are verified on the Hub."""
     if not verified:
         log.error(
             "ON_EXIT=%s: not done: the upload to %s is not verified, so this machine stays up "

@@ -54,15 +54,32 @@ def architecture(model: str, device: str = "cpu") -> Any:
     return model_cls(None, size=size, device=device)
 
 
+def _model_device(cfg: Config) -> str:
+    return "cpu" if cfg.device == "cpu" else "auto"
+
+
 def _build_model(cfg: Config, resume_from: Path | None) -> Any:
     """The model to train: an interrupted run's checkpoint, published weights, or the
     architecture MODEL names, from scratch."""
-    model_device = "cpu" if cfg.device == "cpu" else "auto"
     if resume_from or cfg.pretrained:
         from libreyolo import LibreYOLO
 
-        return LibreYOLO(str(resume_from or cfg.model), device=model_device)
-    return architecture(cfg.model, model_device)
+        return LibreYOLO(str(resume_from or cfg.model), device=_model_device(cfg))
+    return architecture(cfg.model, _model_device(cfg))
+
+
+def _on_this_data(cfg: Config) -> dict[str, Any]:
+    """``model.train`` arguments that the run and its profile pass share."""
+    return {
+        "data": str(data_yaml(cfg)),
+        "batch": cfg.batch,
+        "imgsz": cfg.imgsz,
+        "device": "" if cfg.device == "auto" else cfg.device,
+        "workers": cfg.workers,
+        "exist_ok": True,
+        # SyncBatchNorm needs GPU modules.
+        **({"sync_bn": False} if cfg.device == "cpu" else {}),
+    }
 
 
 def profile(cfg: Config) -> None:
@@ -72,16 +89,11 @@ def profile(cfg: Config) -> None:
     if (folder / "profile_summary.json").is_file():
         return  # profiled before a restart
     log.info("profiling %d training steps before the run (PROFILE_STEPS)", cfg.profile_steps)
-    architecture(cfg.model, "cpu" if cfg.device == "cpu" else "auto").train(
-        data=str(data_yaml(cfg)),
+    architecture(cfg.model, _model_device(cfg)).train(
+        **_on_this_data(cfg),
         epochs=1,
-        batch=cfg.batch,
-        imgsz=cfg.imgsz,
-        device="" if cfg.device == "auto" else cfg.device,
-        workers=cfg.workers,
         project=str(cfg.run_dir),
         name=PROFILE,
-        exist_ok=True,
         profile=True,
         profile_then_stop=True,
         profile_warmup=2,
@@ -112,20 +124,14 @@ def train(cfg: Config) -> None:
     else:
         log.info("training %s on %s into %s", cfg.model, data_yaml(cfg), cfg.run_dir)
     model.train(
-        data=str(data_yaml(cfg)),
+        **_on_this_data(cfg),
         epochs=cfg.epochs,
-        batch=cfg.batch,
-        imgsz=cfg.imgsz,
-        device="" if cfg.device == "auto" else cfg.device,
-        workers=cfg.workers,
         save_period=cfg.save_period,
         project=str(cfg.run_dir.parent),
         name=cfg.run_name,
-        exist_ok=True,
         resume=bool(resume_from),
-        # Global rank 0 alone logs epochs and publishes; SyncBatchNorm needs GPU modules.
+        # Global rank 0 alone logs epochs and publishes.
         callbacks=[EpochLog(), Publisher()] if distributed.rank() == 0 else [],
-        **({"sync_bn": False} if cfg.device == "cpu" else {}),
     )
     log.info("training completed: weights in %s", cfg.run_dir / "weights")
 

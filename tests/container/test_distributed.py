@@ -3,23 +3,16 @@ host networking, rendezvous on 127.0.0.1, the CPU (gloo)."""
 
 import hashlib
 import json
-import socket
 import time
 import uuid
 
 import pytest
 
 from entrypoint.errors import ExitCode
-from tests.container.conftest import docker, in_volume, run_container
+from tests.container.conftest import docker, free_port, in_volume, run_container
 from tests.hub import GOOD_TOKEN, Hub
 
 pytestmark = pytest.mark.container
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_two_containers_train_as_two_nodes_and_only_node_0_uploads(image: str, hub: Hub) -> None:

@@ -3,7 +3,6 @@ Docker's health, the libreyolo monitor dashboard, and the watchdogs."""
 
 import hashlib
 import json
-import socket
 import subprocess
 import time
 import urllib.request
@@ -13,7 +12,7 @@ import pytest
 
 from entrypoint import archive, demo
 from entrypoint.errors import ExitCode
-from tests.container.conftest import docker, in_volume, run_container
+from tests.container.conftest import docker, free_port, in_volume, run_container
 from tests.hub import GOOD_TOKEN, Fault, Hub
 
 pytestmark = pytest.mark.container
@@ -33,12 +32,6 @@ def shapes_on_the_hub(hub: Hub, tmp_path: Path) -> bytes:
     data = (tmp_path / "shapes.tar").read_bytes()
     hub.add("org/shapes", {"shapes.tar": data})
     return data
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Container:

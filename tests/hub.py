@@ -1,12 +1,81 @@
 """A Hub-compatible test server on 127.0.0.1, for the real huggingface_hub client.
 
-It speaks what trainbox uses: file resolve (HEAD/GET with Range), repo creation, and the
-upload protocol (preupload, LFS batch with basic transfer, PUT, NDJSON commit). It keeps a
-log of every request, and injects faults: a status code with an ``X-Error-Code``, 429/5xx,
-a connection dropped after some bytes, and a throttled body rate.
+It speaks what trainbox uses: file resolve (HEAD/GET with Range), paths-info, repo creation,
+and the upload protocol (preupload, LFS batch with basic transfer, PUT, NDJSON commit). It keeps
+a log of every request, one snapshot of the files per commit, and injects faults: a status
+code with an ``X-Error-Code``, 429/5xx, a silent wait before the answer (``hang``), a
+connection dropped or stalled after some body bytes, a throttled body rate, faults that last
+some seconds instead of some requests, and a closed port (``Hub.refuse``).
+
+What it does as the real Hub does, and where that was checked (read in huggingface_hub 2.4.0
+source, 2026-11-30, unless said otherwise):
+
+- Preupload: the client POSTs ``{"files": [{"path", "sample", "size"}]}``, ``sample`` being the
+  base64 of the file's first 512 bytes (``_commit_api.py::_fetch_upload_modes``;
+  ``lfs.py::UploadInfo``), and accepts only ``"uploadMode": "lfs" | "regular"`` per file
+  (``_commit_api.py::_validate_preupload_info``); it uploads empty files as regular whatever the
+  answer (``_fetch_upload_modes``). The answer here comes from ``upload_mode`` below. A missing
+  repo is a 404 ``RepoNotFound`` at preupload already (huggingface_hub's
+  ``tests/test_hf_api.py::test_create_commit_repo_does_not_exist`` expects the 404 on the
+  preupload URL; read in the huggingface_hub repository, 2026-11-30).
+- Commit: NDJSON lines ``header`` (``summary``, ``description``, ``parentCommit``), ``file``
+  (``content`` base64, ``path``, ``encoding``), ``lfsFile`` (``path``, ``algo``, ``oid``,
+  ``size``), ``deletedFile``/``deletedFolder`` (``_commit_api.py::_prepare_commit_payload``); the
+  answer needs ``commitUrl`` and ``commitOid`` (``_commit_api.py::_send_commit``). A
+  ``parentCommit`` that is not the head is refused with 412 and the message the real Hub gives,
+  "The branch was updated since you opened this page. Please refresh and try again." (asserted
+  by huggingface_hub's ``tests/test_hf_api.py::test_create_commit_conflict``, which runs against
+  the Hub's staging server; read in the huggingface_hub repository, 2026-11-30). The message is
+  sent both as ``X-Error-Message`` and as the JSON ``error``; ``utils/_http.py::_format`` puts
+  either into the exception's text, and which of the two the real Hub uses is not known here.
+- Resolve: ``get_hf_file_metadata`` (``file_download.py``) takes ``X-Repo-Commit``, then
+  ``X-Linked-Etag`` or else ``ETag``, then ``X-Linked-Size`` or else ``Content-Length``; the
+  ``hf_hub_download`` docstring says "An object's ETag is: its git-sha1 if stored in git, or its
+  sha256 if stored in git-lfs". So an LFS file answers ``ETag``/``X-Linked-Etag`` = sha256 and
+  ``X-Linked-Size``; a regular file answers ``ETag`` = git blob sha1 and no ``X-Linked-*``. An
+  ``EntryNotFound`` carries ``X-Repo-Commit`` (``file_download.py::_get_metadata_or_catch_error``
+  reads it to cache the file's absence).
+- paths-info: ``RepoFile.__init__`` (``hf_api.py``) reads ``path``, ``size``, ``oid`` (the git
+  blob id: for an LFS file that of its pointer file) and, for LFS files only, ``lfs`` with
+  ``oid`` (sha256), ``size``, ``pointerSize``; ``HfApi.get_paths_info`` POSTs the form fields
+  ``paths`` and ``expand`` to ``/api/{type}s/{id}/paths-info/{revision}``.
+- Revisions: every commit keeps a snapshot; ``main`` is the newest, a full commit sha serves that
+  commit's bytes, with that sha in ``X-Repo-Commit``.
+
+Where it still simplifies:
+
+- Regular or LFS: the Hub's rule is server code that is not public. ``upload_mode`` follows the
+  Hub docs (hub-docs ``docs/hub/repositories-getting-started.md``, read 2026-11-30: files larger
+  than 10MB go to large-file storage; new repos get a ``.gitattributes`` listing common ML file
+  extensions) with ``LFS_PATTERNS``, the default ``.gitattributes`` of new Hub repos as copied in
+  public repositories (the model list plus the dataset list's audio and image types, used for
+  both kinds: those are binary anyway). The threshold is taken as 10 MiB; the exact boundary
+  is not verified. "Binary" is a NUL byte or non-UTF-8 text in the 512-byte sample: a guess at
+  the Hub's heuristic. The repo's own ``.gitattributes`` is never read, and repos here have no
+  ``.gitattributes`` file (the real first commit is "a system commit containing the
+  ``.gitattributes`` file", ``hf_api.py::HfApi.list_repo_commits`` comment).
+- A regular ``file`` entry whose content is binary is refused with 400 and "Your push was
+  rejected because it contains binary files" (wording from a third-party client's docs, the
+  Elixir ``HfHub.Commit.Preupload``, not from Hugging Face). An ``lfsFile`` whose object was
+  never uploaded is refused with 400 in words made up here.
+- LFS files are answered directly with 200; the real Hub redirects (302) to a CDN with the
+  ``X-Linked-*`` headers on the redirect (``get_hf_file_metadata`` reads ``Location`` and skips
+  ``Content-Length`` on a redirect; the redirect itself is not verified here). The LFS batch
+  always asks for an upload; the real one leaves out ``actions`` for objects it already holds
+  (``_commit_api.py::_upload_lfs_files`` then skips the PUT). Preupload never answers a file's
+  ``oid``, so the client never drops an unchanged file from a commit
+  (``hf_api.py::HfApi.create_commit``, which would then also call ``repo_info``, not served).
+- Revisions: only ``main`` and full 40-hex commit shas; no other branches, tags, short shas or
+  pull requests. Commits go to ``main`` only. A commit id is the sha1 of the parent and the
+  changes, not of a git commit object. No 128-commits-per-hour limit, no xet.
+- ``drop_after`` and ``stall_after`` act on resolve GET bodies only; on other routes a fault
+  with only those is counted (``times``) and does nothing else.
 """
 
 import base64
+import codecs
+import errno
+import fnmatch
 import hashlib
 import json
 import re
@@ -19,34 +88,156 @@ from urllib.parse import parse_qs, unquote
 GOOD_TOKEN = "hf_testtoken_good"
 READ_TOKEN = "hf_testtoken_read"  # may read everything public and private, write nothing
 RESOLVE = re.compile(r"^/(?:(datasets|models)/)?([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
+BRANCH_MOVED = "The branch was updated since you opened this page. Please refresh and try again."
+
+LFS_THRESHOLD = 10 * 1024 * 1024  # "files larger than 10MB" (Hub docs); the boundary is a guess
+# The .gitattributes a new Hub repo starts with: models, then what datasets add (audio, images).
+LFS_PATTERNS = (
+    "*.7z", "*.arrow", "*.bin", "*.bz2", "*.ckpt", "*.ftz", "*.gz", "*.h5", "*.joblib",
+    "*.lfs.*", "*.lz4", "*.mlmodel", "*.model", "*.msgpack", "*.npy", "*.npz", "*.onnx", "*.ot",
+    "*.parquet", "*.pb", "*.pickle", "*.pkl", "*.pt", "*.pth", "*.rar", "*.safetensors",
+    "saved_model/**/*", "*.tar.*", "*.tar", "*.tflite", "*.tgz", "*.wasm", "*.xz", "*.zip",
+    "*.zst", "*tfevents*",
+    "*.pcm", "*.sam", "*.raw", "*.aac", "*.flac", "*.mp3", "*.ogg", "*.wav",
+    "*.bmp", "*.gif", "*.png", "*.tiff", "*.jpg", "*.jpeg", "*.webp",
+)  # fmt: skip
+
+
+def matches_lfs_pattern(path: str) -> bool:
+    """Whether ``path`` matches ``LFS_PATTERNS`` as .gitattributes does: a pattern without a
+    slash matches the file name at any depth, one with a slash the path from the repo root."""
+    name = path.rsplit("/", 1)[-1]
+    return any(
+        fnmatch.fnmatchcase(path, pattern.replace("**/", "*"))
+        if "/" in pattern
+        else fnmatch.fnmatchcase(name, pattern)
+        for pattern in LFS_PATTERNS
+    )
+
+
+def is_binary(sample: bytes) -> bool:
+    """A NUL byte, or bytes that are not UTF-8 (a character cut at the sample's end is fine)."""
+    if b"\0" in sample:
+        return True
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(sample, final=False)
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def upload_mode(path: str, size: int, sample: bytes) -> str:
+    """What the Hub's preupload answers for a file: ``"lfs"`` when it is over 10 MB, matches
+    the default .gitattributes LFS patterns or is binary; else ``"regular"`` (a git blob, sent
+    base64 in the commit: small text such as .json, .jsonl, .yaml, .csv, .log, .txt)."""
+    if size > LFS_THRESHOLD or matches_lfs_pattern(path) or is_binary(sample[:512]):
+        return "lfs"
+    return "regular"
+
+
+def git_blob_id(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def lfs_pointer(data: bytes, sha256: str) -> bytes:
+    """The git-lfs pointer file that git stores for an LFS file."""
+    return (
+        f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {len(data)}\n"
+    ).encode()
+
+
+@dataclass
+class Snapshot:
+    """A commit's files, which of them are stored with LFS, and their hashes (computed once per
+    content: a test may replace a file's bytes in ``files`` to make the Hub hold other bytes)."""
+
+    files: dict[str, bytes]
+    lfs: frozenset[str]
+    _sha256: dict[str, tuple[bytes, str]] = field(default_factory=dict, repr=False)
+    _blob: dict[str, tuple[bytes, str]] = field(default_factory=dict, repr=False)
+
+    def sha256(self, name: str) -> str:
+        data = self.files[name]
+        cached = self._sha256.get(name)
+        if cached is None or cached[0] is not data:
+            cached = self._sha256[name] = (data, hashlib.sha256(data).hexdigest())
+        return cached[1]
+
+    def blob_id(self, name: str) -> str:
+        """The git blob id: of the content for a regular file, of the pointer for LFS."""
+        data = self.files[name]
+        cached = self._blob.get(name)
+        if cached is None or cached[0] is not data:
+            stored = lfs_pointer(data, self.sha256(name)) if name in self.lfs else data
+            cached = self._blob[name] = (data, git_blob_id(stored))
+        return cached[1]
 
 
 @dataclass
 class Repo:
     private: bool = False
     gated: bool = False
-    files: dict[str, bytes] = field(default_factory=dict)
-    commits: list[str] = field(default_factory=list)
-    hashes: dict[str, tuple[bytes, str]] = field(default_factory=dict)
+    commits: list[str] = field(default_factory=list)  # oldest first; the last is ``main``
+    snapshots: dict[str, Snapshot] = field(default_factory=dict)  # by commit
+
+    @property
+    def files(self) -> dict[str, bytes]:
+        """The newest files (``main``). Read it; change the repo with ``commit``."""
+        return self.snapshots[self.commits[-1]].files if self.commits else {}
 
     def sha256(self, name: str) -> str:
-        """A file's sha256, computed once per content, when first asked."""
-        data = self.files[name]
-        cached = self.hashes.get(name)
-        if cached is None or cached[0] is not data:
-            cached = self.hashes[name] = (data, hashlib.sha256(data).hexdigest())
-        return cached[1]
+        """A newest file's sha256, computed once per content, when first asked."""
+        return self.snapshots[self.commits[-1]].sha256(name)
 
-    def commit(self, files: dict[str, bytes]) -> str:
-        self.files.update(files)
-        digest = hashlib.sha1(f"{len(self.commits)}:{sorted(self.files)}".encode()).hexdigest()
+    def at(self, revision: str) -> tuple[str, Snapshot] | None:
+        """The commit and snapshot that ``revision`` (``main`` or a commit sha) names."""
+        if not self.commits:
+            return None
+        commit = self.commits[-1] if revision == "main" else revision
+        snapshot = self.snapshots.get(commit)
+        return (commit, snapshot) if snapshot is not None else None
+
+    def commit(
+        self, files: dict[str, bytes], lfs: set[str] | None = None, deleted: tuple[str, ...] = ()
+    ) -> str:
+        """A new commit on ``main``: the newest files with ``files`` added or replaced and the
+        paths in ``deleted`` (a file, or a folder ending in "/") removed. ``lfs`` names the added
+        files stored with LFS; by default ``upload_mode`` decides, as for an upload."""
+        base = self.snapshots[self.commits[-1]] if self.commits else Snapshot({}, frozenset())
+        if lfs is None:
+            lfs = {n for n, d in files.items() if upload_mode(n, len(d), d[:512]) == "lfs"}
+        gone = {
+            n
+            for n in base.files
+            for d in deleted
+            if n == d or (d.endswith("/") and n.startswith(d))
+        } - files.keys()
+        merged = {n: d for n, d in base.files.items() if n not in gone} | files
+        stored = frozenset((base.lfs - files.keys() - gone) | (lfs & files.keys()))
+        snapshot = Snapshot(merged, stored)
+        kept = merged.keys() - files.keys()
+        snapshot._sha256 = {n: h for n, h in base._sha256.items() if n in kept}
+        snapshot._blob = {n: h for n, h in base._blob.items() if n in kept}
+        change = {n: snapshot.sha256(n) for n in sorted(files)}
+        parent = self.commits[-1] if self.commits else ""
+        digest = hashlib.sha1(
+            json.dumps([parent, len(self.commits), change, sorted(gone), sorted(stored)]).encode()
+        ).hexdigest()
+        self.snapshots[digest] = snapshot
         self.commits.append(digest)
         return digest
 
 
 @dataclass
 class Fault:
-    """What to do to the next ``times`` requests whose path contains ``path``."""
+    """What to do to requests whose path contains ``path`` and whose method is in ``methods``:
+    the next ``times`` of them, or, with ``seconds``, every one until ``seconds`` after the
+    first request it matched (``times`` is then ignored; the window starts at the first match,
+    not when the fault is added, so setup time does not eat into it).
+
+    ``hang``: wait that long, silent, before answering (a large value is a server that accepts
+    and never answers; the wait ends when the Hub closes), then answer with ``status`` if set,
+    else normally (with ``drop_after``/``stall_after`` still applying)."""
 
     path: str
     status: int | None = None
@@ -55,10 +246,61 @@ class Fault:
     stall_after: int | None = None  # bytes of body sent before the server goes silent
     times: int = 1
     methods: tuple[str, ...] = ("GET", "HEAD", "POST", "PUT")
+    seconds: float | None = None  # applies to every match for this long after the first
+    hang: float | None = None  # seconds of silence before the answer
+    hits: int = field(default=0, init=False)  # requests it applied to
+    until: float | None = field(default=None, init=False)  # when ``seconds`` ends (monotonic)
+
+    def _take(self, now: float) -> bool:
+        """Apply to one more request, if still in force. Call with the Hub's lock held."""
+        if self.seconds is not None:
+            if self.until is None:
+                self.until = now + self.seconds
+            if now >= self.until:
+                return False
+        elif self.times > 0:
+            self.times -= 1
+        else:
+            return False
+        self.hits += 1
+        return True
+
+
+class Served:
+    """One file GET body, recorded when it starts and updated as bytes go out. Unpacks and
+    indexes as ``(name, first byte, bytes sent so far)``; ``done`` once the send has ended
+    (completed, cut or failed); ``commit`` is the commit served."""
+
+    def __init__(self, name: str, start: int, commit: str) -> None:
+        self.name, self.start, self.commit = name, start, commit
+        self.sent = 0
+        self.done = False
+
+    def __iter__(self):
+        return iter((self.name, self.start, self.sent))
+
+    def __getitem__(self, index: int):
+        return tuple(self)[index]
+
+    def __len__(self) -> int:
+        return 3
+
+    def __repr__(self) -> str:
+        state = "done" if self.done else "sending"
+        return f"Served({self.name!r}, start={self.start}, sent={self.sent}, {state})"
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # the default 5 drops concurrent connects: 1 s SYN retries
 
 
 class Hub:
-    """The server. ``with Hub() as hub:`` starts it; ``hub.url`` is its endpoint."""
+    """The server. ``with Hub() as hub:`` starts it; ``hub.url`` is its endpoint.
+
+    ``hub.requests``: every (method, path) in arrival order. ``hub.served``: every file GET body
+    (``Served``), in start order. ``hub.upload_modes``: every preupload answer as (repo key, path,
+    mode). ``hub.faults``: a list of ``Fault``; append to it at any time."""
 
     def __init__(self, rate: float | None = None) -> None:
         self.repos: dict[str, Repo] = {}
@@ -66,20 +308,30 @@ class Hub:
         self.faults: list[Fault] = []
         self.rate = rate  # bytes per second for file bodies; None is unthrottled
         self.upload_rate: float | None = None  # bytes per second for uploaded files
-        self.uploads: dict[str, bytes] = {}
-        self.served: list[tuple[str, int, int]] = []  # file GETs: (name, first byte, bytes sent)
-        self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self.uploads: dict[str, bytes] = {}  # LFS objects by sha256
+        self.served: list[Served] = []
+        self.upload_modes: list[tuple[str, str, str]] = []
+        self._lock = threading.Lock()  # the state above, as the handler threads change it
+        self._serving = threading.Lock()  # the listening socket: open, close, reopen
+        self._closing = threading.Event()  # set on exit: hangs and stalls end
+        self._listening = threading.Event()
+        self._refused_until = 0.0
+        self._started = False
+        self._handler_class = self._handler()
+        self._server = self._bind(0)
+        self.port = self._server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
 
     def __enter__(self) -> "Hub":
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        with self._serving:
+            self._started = True
+            self._serve()
         return self
 
     def __exit__(self, *_: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._closing.set()
+        with self._serving:
+            self._close()
 
     def add(
         self,
@@ -89,20 +341,72 @@ class Hub:
         kind: str = "datasets",
         private: bool = False,
         gated: bool = False,
+        lfs: set[str] | None = None,
     ) -> str:
-        """Create a repo holding ``files``; return its commit."""
-        repo = self.repos.setdefault(f"{kind}/{repo_id}", Repo(private=private, gated=gated))
-        return repo.commit(files)
+        """Create a repo holding ``files`` (or add a commit to it); return the commit. ``lfs``:
+        the files stored with LFS; by default ``upload_mode`` decides."""
+        with self._lock:
+            repo = self.repos.setdefault(f"{kind}/{repo_id}", Repo(private=private, gated=gated))
+            return repo.commit(files, lfs)
 
     def downloads(self, name: str) -> list[str]:
         """The GET requests that fetched a file named ``name``."""
         return [path for method, path in self.requests if method == "GET" and path.endswith(name)]
 
+    def refuse(self, seconds: float) -> threading.Event:
+        """Close the listening socket now, so that connecting is refused (not reset), and
+        listen again on the same port after ``seconds``; a call while refusing extends the time.
+        Connections already open carry on. Returns an event set once it listens again."""
+        with self._serving:
+            self._refused_until = max(self._refused_until, time.monotonic() + seconds)
+            if self._listening.is_set():
+                self._close()
+                threading.Thread(target=self._reopen, daemon=True).start()
+        return self._listening
+
+    def _bind(self, port: int) -> "_Server":
+        """A server bound to ``port`` (SO_REUSEADDR, as HTTPServer sets). Retried for a while if
+        the port is taken, as an outgoing connection may take it for its local end meanwhile."""
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                server = _Server(("127.0.0.1", port), self._handler_class)
+            except OSError as err:
+                if err.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+                continue
+            return server
+
+    def _serve(self) -> None:
+        """Serve the bound socket from a thread. Call with ``_serving`` held."""
+        server = self._server
+        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+        self._listening.set()
+
+    def _close(self) -> None:
+        """Stop accepting and close the listening socket. Call with ``_serving`` held."""
+        if self._listening.is_set():
+            self._server.shutdown()  # returns once serve_forever has stopped
+        self._listening.clear()
+        self._server.server_close()
+
+    def _reopen(self) -> None:
+        while not self._closing.is_set():
+            with self._serving:
+                left = self._refused_until - time.monotonic()
+                if left <= 0:
+                    if not self._closing.is_set():
+                        self._server = self._bind(self.port)
+                        self._serve()
+                    return
+            self._closing.wait(left)
+
     def _fault(self, method: str, path: str) -> Fault | None:
+        now = time.monotonic()
         with self._lock:
             for fault in self.faults:
-                if fault.path in path and method in fault.methods and fault.times > 0:
-                    fault.times -= 1
+                if fault.path in path and method in fault.methods and fault._take(now):
                     return fault
         return None
 
@@ -127,8 +431,10 @@ class Hub:
                 body = json.dumps(payload).encode()
                 self._reply(status, body, {"Content-Type": "application/json", **(headers or {})})
 
-            def _error(self, status: int, code: str | None, message: str = "") -> None:
-                headers = {"X-Error-Code": code} if code else {}
+            def _error(
+                self, status: int, code: str | None, message: str = "", headers: dict | None = None
+            ) -> None:
+                headers = {**(headers or {}), **({"X-Error-Code": code} if code else {})}
                 if message:
                     headers["X-Error-Message"] = message
                 self._json(status, {"error": message or code or "error"}, headers)
@@ -145,9 +451,18 @@ class Hub:
                 return not repo.gated and (bool(auth) or not repo.private)
 
             def _dispatch(self) -> None:
+                try:
+                    self._route()
+                except (ConnectionError, TimeoutError):  # the client went away
+                    self.close_connection = True
+
+            def _route(self) -> None:
                 path = unquote(self.path.split("?", 1)[0])
-                hub.requests.append((self.command, path))
+                with hub._lock:
+                    hub.requests.append((self.command, path))
                 fault = hub._fault(self.command, path)
+                if fault and fault.hang:
+                    hub._closing.wait(min(fault.hang, 86400.0))  # Event.wait refuses inf
                 if fault and fault.status:
                     if self.command in ("POST", "PUT"):
                         self._body()
@@ -157,25 +472,29 @@ class Hub:
                     return
                 if match := RESOLVE.match(path):
                     self._resolve(*match.groups(), fault)
-                elif match := re.match(r"^/api/(datasets|models)/(.+)/paths-info/[^/]+$", path):
-                    self._paths_info(f"{match.group(1)}/{match.group(2)}", self._body())
+                elif match := re.match(r"^/api/(datasets|models)/(.+)/paths-info/([^/]+)$", path):
+                    key = f"{match.group(1)}/{match.group(2)}"
+                    self._paths_info(key, match.group(3), self._body())
                 elif self.command in ("POST", "PUT") and not self._may_write():
                     self._body()
                 elif path == "/api/repos/create":
                     self._create(json.loads(self._body()))
                 elif match := re.match(r"^/api/(datasets|models)/(.+)/preupload/[^/]+$", path):
-                    self._preupload(json.loads(self._body()))
+                    self._preupload(f"{match.group(1)}/{match.group(2)}", json.loads(self._body()))
                 elif match := re.match(
                     r"^/(?:(datasets)/)?(.+)\.git/info/lfs/objects/batch$", path
                 ):
                     self._lfs_batch(json.loads(self._body()))
                 elif match := re.match(r"^/upload/([0-9a-f]{64})$", path):
-                    hub.uploads[match.group(1)] = body = self._body()
+                    body = self._body()
+                    if hashlib.sha256(body).hexdigest() == match.group(1):
+                        hub.uploads[match.group(1)] = body
                     if hub.upload_rate:  # a slow uplink: the answer waits as the bytes would
                         time.sleep(len(body) / hub.upload_rate)
                     self._reply(200)
-                elif match := re.match(r"^/api/(datasets|models)/(.+)/commit/[^/]+$", path):
-                    self._commit(f"{match.group(1)}/{match.group(2)}", self._body())
+                elif match := re.match(r"^/api/(datasets|models)/(.+)/commit/([^/]+)$", path):
+                    key = f"{match.group(1)}/{match.group(2)}"
+                    self._commit(key, match.group(3), self._body())
                 else:
                     self._error(404, None, f"no route for {self.command} {path}")
 
@@ -206,40 +525,51 @@ class Hub:
                         401 if repo.private else 403, "GatedRepo" if repo.gated else "RepoNotFound"
                     )
                     return
-                if revision not in ("main", *repo.commits):
+                with hub._lock:
+                    found = repo.at(revision)
+                if found is None:
                     self._error(404, "RevisionNotFound")
                     return
-                if name not in repo.files:
-                    self._error(404, "EntryNotFound")
+                commit, snapshot = found
+                if name not in snapshot.files:
+                    self._error(404, "EntryNotFound", headers={"X-Repo-Commit": commit})
                     return
-                data, sha = repo.files[name], repo.sha256(name)
+                data = snapshot.files[name]
                 start, end = 0, len(data) - 1
                 status = 200
                 if ranged := re.match(r"bytes=(\d+)-(\d*)", self.headers.get("Range", "")):
                     start = int(ranged.group(1))
                     end = int(ranged.group(2) or end)
                     status = 206
-                headers = {
-                    "Content-Length": str(end - start + 1),
-                    "X-Repo-Commit": repo.commits[-1],
-                    "ETag": f'"{sha}"',
-                    "X-Linked-Etag": f'"{sha}"',
-                    "X-Linked-Size": str(len(data)),
-                    "Accept-Ranges": "bytes",
-                }
+                headers = {"Content-Length": str(end - start + 1), "X-Repo-Commit": commit}
+                if name in snapshot.lfs:
+                    sha = snapshot.sha256(name)
+                    headers |= {"ETag": f'"{sha}"', "X-Linked-Etag": f'"{sha}"',
+                                "X-Linked-Size": str(len(data))}  # fmt: skip
+                else:
+                    headers["ETag"] = f'"{snapshot.blob_id(name)}"'
+                headers["Accept-Ranges"] = "bytes"
                 if status == 206:
                     headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
-                self.send_response(status)
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                self.end_headers()
-                if self.command == "HEAD":
-                    return
-                sent = self._send(memoryview(data)[start : end + 1], fault)
-                hub.served.append((name, start, sent))
+                served = None
+                if self.command == "GET":
+                    served = Served(name, start, commit)
+                    with hub._lock:
+                        hub.served.append(served)
+                try:
+                    self.send_response(status)
+                    for key, value in headers.items():
+                        self.send_header(key, value)
+                    self.end_headers()
+                    if served is not None:
+                        self._send(memoryview(data)[start : end + 1], fault, served)
+                finally:
+                    if served is not None:
+                        served.done = True
 
-            def _send(self, body: memoryview, fault: Fault | None) -> int:
-                """Send ``body`` (throttled, or cut short by ``fault``); return the bytes sent."""
+            def _send(self, body: memoryview, fault: Fault | None, served: Served) -> None:
+                """Send ``body`` (throttled, or cut short by ``fault``), counting the bytes sent
+                in ``served`` as they go."""
                 drop = fault.drop_after if fault else None
                 stall = fault.stall_after if fault else None
                 cut = min((n for n in (drop, stall) if n is not None), default=len(body))
@@ -250,8 +580,10 @@ class Hub:
                         self.wfile.write(piece)
                         self.wfile.flush()
                     except OSError:  # the client went away
-                        return sent
+                        self.close_connection = True
+                        return
                     sent += len(piece)
+                    served.sent = sent
                     if hub.rate:
                         ahead = sent / hub.rate - (time.monotonic() - started)
                         if ahead > 0:
@@ -260,8 +592,8 @@ class Hub:
                     self.close_connection = True
                     self.connection.shutdown(2)
                 elif sent == stall:
-                    time.sleep(3600)  # a stuck server: the connection stays open and silent
-                return sent
+                    hub._closing.wait(3600)  # a stuck server: the connection stays open, silent
+                    self.close_connection = True
 
             def _create(self, spec: dict) -> None:
                 kind = f"{spec.get('type', 'model')}s"
@@ -271,39 +603,55 @@ class Hub:
                     else spec["name"]
                 )
                 key = f"{kind}/{repo_id}"
-                if key in hub.repos:  # the real Hub names the existing repo in its 409
+                with hub._lock:
+                    exists = key in hub.repos
+                    if not exists:
+                        hub.repos[key] = Repo(private=bool(spec.get("private")))
+                        hub.repos[key].commit({})
+                if exists:  # the real Hub names the existing repo in its 409
                     self._json(
                         409, {"error": "You already created this repo", "url": f"{hub.url}/{key}"}
                     )
                     return
-                hub.repos[key] = Repo(private=bool(spec.get("private")))
-                hub.repos[key].commit({})
                 self._json(200, {"url": f"{hub.url}/{key}", "name": repo_id})
 
-            def _paths_info(self, key: str, body: bytes) -> None:
-                """What the Hub holds at these paths: git blob id, and LFS sha256 (every
-                upload here is LFS)."""
+            def _paths_info(self, key: str, revision: str, body: bytes) -> None:
+                """What the Hub holds at these paths at ``revision``: the git blob id, and for
+                LFS files the sha256 and size."""
                 repo = hub.repos.get(key)
                 if repo is None or not self._authorized(repo):
                     self._error(404, "RepoNotFound")
                     return
-                wanted = parse_qs(body.decode()).get("paths", [])
-                found = []
-                for name in wanted:
-                    if (data := repo.files.get(name)) is None:
+                with hub._lock:
+                    found = repo.at(revision)
+                if found is None:
+                    self._error(404, "RevisionNotFound")
+                    return
+                snapshot = found[1]
+                entries = []
+                for name in parse_qs(body.decode()).get("paths", []):
+                    if (data := snapshot.files.get(name)) is None:
                         continue
-                    blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-                    lfs = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data),
-                           "pointerSize": 134}  # fmt: skip
-                    found.append({"type": "file", "path": name, "size": len(data),
-                                  "oid": blob, "lfs": lfs})  # fmt: skip
-                self._json(200, found)
+                    entry = {"type": "file", "path": name, "size": len(data),
+                             "oid": snapshot.blob_id(name)}  # fmt: skip
+                    if name in snapshot.lfs:
+                        sha = snapshot.sha256(name)
+                        entry["lfs"] = {"oid": sha, "size": len(data),
+                                        "pointerSize": len(lfs_pointer(data, sha))}  # fmt: skip
+                    entries.append(entry)
+                self._json(200, entries)
 
-            def _preupload(self, spec: dict) -> None:
-                files = [
-                    {"path": f["path"], "uploadMode": "lfs", "shouldIgnore": False}
-                    for f in spec.get("files", [])
-                ]
+            def _preupload(self, key: str, spec: dict) -> None:
+                if key not in hub.repos:
+                    self._error(404, "RepoNotFound", "Repository not found")
+                    return
+                files = []
+                for f in spec.get("files", []):
+                    sample = base64.b64decode(f.get("sample", ""))
+                    mode = upload_mode(f["path"], int(f.get("size", len(sample))), sample)
+                    with hub._lock:
+                        hub.upload_modes.append((key, f["path"], mode))
+                    files.append({"path": f["path"], "uploadMode": mode, "shouldIgnore": False})
                 self._json(200, {"files": files})
 
             def _lfs_batch(self, spec: dict) -> None:
@@ -318,20 +666,47 @@ class Hub:
                 ]
                 self._json(200, {"transfer": "basic", "objects": objects})
 
-            def _commit(self, key: str, body: bytes) -> None:
+            def _commit(self, key: str, revision: str, body: bytes) -> None:
                 repo = hub.repos.get(key)
                 if repo is None:
                     self._error(404, "RepoNotFound")
                     return
-                files = {}
+                if revision != "main":
+                    self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
+                    return
+                files: dict[str, bytes] = {}
+                lfs: set[str] = set()
+                deleted: list[str] = []
+                parent = None
                 for line in body.decode().splitlines():
                     entry = json.loads(line)
                     value = entry.get("value", {})
-                    if entry["key"] == "lfsFile":
+                    if entry["key"] == "header":
+                        parent = value.get("parentCommit")
+                    elif entry["key"] == "lfsFile":
+                        if value["oid"] not in hub.uploads:
+                            self._error(400, None, f"LFS object {value['oid']} was not uploaded")
+                            return
                         files[value["path"]] = hub.uploads[value["oid"]]
+                        lfs.add(value["path"])
                     elif entry["key"] == "file":
-                        files[value["path"]] = base64.b64decode(value["content"])
-                oid = repo.commit(files)
+                        data = base64.b64decode(value["content"])
+                        if is_binary(data[:512]):
+                            self._error(400, None, "Your push was rejected because it contains "
+                                        "binary files.")  # fmt: skip
+                            return
+                        files[value["path"]] = data
+                    elif entry["key"] == "deletedFile":
+                        deleted.append(value["path"])
+                    elif entry["key"] == "deletedFolder":
+                        deleted.append(value["path"].rstrip("/") + "/")
+                with hub._lock:
+                    head = repo.commits[-1] if repo.commits else None
+                    stale = parent is not None and parent != head
+                    oid = None if stale else repo.commit(files, lfs, tuple(deleted))
+                if oid is None:
+                    self._error(412, None, BRANCH_MOVED)
+                    return
                 self._json(200, {"commitUrl": f"{hub.url}/{key}/commit/{oid}", "commitOid": oid})
 
             do_GET = do_HEAD = do_POST = do_PUT = _dispatch

@@ -23,6 +23,7 @@ from . import (
     watchdog,
 )
 from . import train as training
+from .atomic import write_atomic
 from .errors import ExitCode, TrainboxError
 
 log = logging.getLogger("trainbox")
@@ -91,10 +92,12 @@ def stage_dataset() -> None:
     required=True,
     help="Where to write the final upload's exit code.",
 )
-def upload_command(result: Path) -> int:
+@click.option("--stop-file", type=click.Path(path_type=Path), default=None,
+              help="Where `trainbox run` writes when the stop signal came.")  # fmt: skip
+def upload_command(result: Path, stop_file: Path | None) -> int:
     """The supervised uploader (started by ``trainbox run`` when OUTPUT_REPO is set)."""
-    code = upload.main(config.load())
-    result.write_text(f"{int(code)}\n")
+    code = upload.main(config.load(), stop_file)
+    write_atomic(result, f"{int(code)}\n")
     return code
 
 
@@ -125,7 +128,7 @@ def plan_disk(
     checkpoints the run keeps, and a 30% margin, with the arithmetic shown."""
     cfg = config.load({**os.environ, "DATASET_REPO": dataset_repo})
     tar = name or cfg.dataset_tar
-    remote = hub.remote_file(dataset_repo, tar, revision)
+    remote = hub.remote_file(hub.Target("DATASET_REPO", dataset_repo, tar, revision))
     checkpoint = (
         int(checkpoint_mb * 1e6) if checkpoint_mb else plan.checkpoint_bytes(model or cfg.model)
     )

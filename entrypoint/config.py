@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from . import launchers
 from .errors import ExitCode, TrainboxError
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -147,13 +148,24 @@ class Config:
         "seconds between upload cycles (each is one commit, if anything changed)",
     )
     max_commits_per_hour: int = setting(
-        100, _int_at_least(1), "upload commits per hour at most (the Hub allows about 128 per repo)"
+        100,
+        _int_at_least(1),
+        "upload commits per hour at most (the Hub allows about 128 per repo); the final upload "
+        "is never held back by it",
+    )
+    hub_wait: int = setting(
+        300,
+        _int_at_least(0),
+        "seconds a step waits, retrying with backoff, for a Hub that cannot be asked (no "
+        "connection, a timeout, 429, 5xx) before the run ends with exit 5; nothing is trained "
+        "or committed meanwhile",
     )
     stop_grace: int = setting(
         110,
         _int_at_least(5),
-        "seconds the final upload may take after training ends or SIGTERM; keep it under the "
-        "platform's stop grace period",
+        "seconds from SIGTERM (or the end of training) in which training stops and the final "
+        "upload runs: the container exits by itself within it; keep it under the platform's "
+        "stop grace period",
     )
     max_runtime: int = setting(
         0,
@@ -302,34 +314,10 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return _parse_layer(loaded, str(path), env=False)
 
 
-# What SkyPilot and Kubernetes training operators set, read when trainbox's own names are not.
-# PyTorchJob v1 gives a pod its node rank as RANK; `trainbox run` exports the resolved names
-# before it starts any rank, whose RANK torchrun sets to the global one.
-ALIASES = {
-    "NNODES": ("PET_NNODES", "SKYPILOT_NUM_NODES"),
-    "NODE_RANK": ("PET_NODE_RANK", "SKYPILOT_NODE_RANK", "JOB_COMPLETION_INDEX", "RANK"),
-    "NPROC_PER_NODE": ("PET_NPROC_PER_NODE", "SKYPILOT_NUM_GPUS_PER_NODE"),
-    "MASTER_ADDR": ("PET_MASTER_ADDR",),
-    "MASTER_PORT": ("PET_MASTER_PORT",),
-}
-
-
-def _aliased(environ: Mapping[str, str]) -> dict[str, str]:
-    found = {}
-    for name, aliases in ALIASES.items():
-        given = (environ[a] for a in aliases if environ.get(a, "").strip() not in ("", "auto"))
-        if value := next(given, ""):
-            # PET_NNODES may be an elastic range such as 1:2; trainbox runs the largest.
-            found[name] = value.rpartition(":")[2] if name == "NNODES" else value
-    if ips := environ.get("SKYPILOT_NODE_IPS", "").split():
-        found["MASTER_ADDR"] = ips[0]  # SkyPilot's head node
-    return found
-
-
 def load(environ: Mapping[str, str] | None = None) -> Config:
     """Build the run's config from the YAML file and the environment, checked."""
     environ = os.environ if environ is None else environ
-    environ = {**_aliased(environ), **environ}
+    environ = {**launchers.aliased(environ), **environ}
     file_name = environ.get("TRAINBOX_CONFIG", "").strip()
     from_file = _read_yaml(Path(file_name)) if file_name else {}
     from_env = _parse_layer(

@@ -92,12 +92,10 @@ def _stage_from_hub(cfg: Config) -> Path:
     try:
         # With a staged copy, don't wait on retries: it can be trained on as it is.
         remote = hub.remote_file(
-            cfg.dataset_repo,
-            cfg.dataset_tar,
-            cfg.dataset_revision,
-            retries=0 if staged else hub.RETRIES,
+            hub.Target("DATASET_REPO", cfg.dataset_repo, cfg.dataset_tar, cfg.dataset_revision),
+            wait=0 if staged else cfg.hub_wait,
         )
-    except hub.HubUnreachable as err:
+    except hub.Unreachable as err:
         if not staged:
             raise
         log.warning("%s; training on the copy staged from commit %s", err, marker["commit"])
@@ -164,7 +162,9 @@ def _download(remote: hub.RemoteFile, target: Path, cfg: Config) -> Path:
                 bar.update(count)
                 meter(count)
 
-            reader = archive.Reader(hub.stream(remote, offset), progress, offset, state)
+            reader = archive.Reader(
+                hub.stream(remote, offset, wait=cfg.hub_wait), progress, offset, state
+            )
             saver = _Checkpoints(partial, remote, reader, cfg.stage_checkpoint)
             members = archive.extract(reader, partial, resume.get("members", 0), saver)
         digest = reader.hexdigest()
@@ -319,6 +319,6 @@ def pack(source: Path, repo: str, *, name: str = "", private: bool, check: bool)
         log.info(
             "packed %s into %s (%s); uploading to %s", source, name, _gb(tar.stat().st_size), repo
         )
-        commit = hub.upload(repo, tar, name, private=private)
+        commit = hub.upload(hub.Target("--repo", repo, name), tar, private=private)
     log.info("uploaded %s to %s at commit %s", name, repo, commit[:12])
     return name

@@ -17,6 +17,7 @@ class ExitCode(IntEnum):
     TIME_LIMIT = 8
     STALLED = 9
     NODE_LOST = 10
+    VOLUME_IN_USE = 11
     INTERRUPTED = 130
 
 

@@ -1,25 +1,49 @@
-"""The Hugging Face Hub: the token, file metadata, byte streams and uploads, with clear errors.
+"""The one gateway to the Hugging Face Hub: every Hub call of trainbox goes through here.
 
-huggingface_hub does auth, metadata and error decoding. File bytes are streamed with urllib,
-which is several times faster than the client's own HTTP stack for one large file, and a
-dropped connection is resumed with a Range request where it stopped.
+- One classification (``classify``): the Hub *said no* (``ABSENT``: the repo, revision or
+  file is not there, by its ``X-Error-Code``; ``REFUSED``: any other definite 4xx, the token
+  among them) against the Hub *could not be asked* (``UNREACHABLE``: no connection, a
+  timeout, 408, 429, any 5xx, or the client's ``LocalEntryNotFoundError``, which
+  huggingface_hub raises for all of those when nothing is cached: read in huggingface_hub
+  2.4.0, ``file_download._raise_on_head_call_error``, 2026-11-30).
+- One retry policy (``call``): what is unreachable is retried with exponential backoff (1 s
+  doubling to 30 s) until a deadline (``HUB_WAIT`` seconds); a definite answer is never
+  retried, except 412 on a commit (the branch moved). The client's own retries (5 for
+  uploads' preupload, LFS batch and PUT) run inside each attempt.
+- One mapping to exit codes and one-line messages (``refusal``, ``Unreachable``): a refusal
+  of the dataset is exit 3, of OUTPUT_REPO exit 7; a Hub that cannot be asked is exit 5.
+- Requests time out: huggingface_hub's own client has no timeout (``timeout=None`` in
+  ``utils/_http.default_client_factory``), so a hanging Hub would hang a commit forever.
+
+File bytes are streamed with urllib, which is several times faster than the client's own
+HTTP stack for one large file, and a dropped connection is resumed with a Range request.
 """
 
 import http.client
 import logging
 import os
 import re
+import socket
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
+import httpx2
+from huggingface_hub import (
+    CommitInfo,
+    CommitOperationAdd,
+    HfApi,
+    get_hf_file_metadata,
+    hf_hub_url,
+    set_client_factory,
+)
 from huggingface_hub import errors as hub_errors
-from huggingface_hub.utils import build_hf_headers
+from huggingface_hub.utils import build_hf_headers, disable_progress_bars
+from huggingface_hub.utils._http import default_client_factory
 
 from . import __version__
 from .errors import ExitCode, TrainboxError
@@ -27,13 +51,41 @@ from .errors import ExitCode, TrainboxError
 log = logging.getLogger("trainbox")
 
 CHUNK = 1 << 20
-RETRIES = 6
-RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
+WAIT = 300  # seconds a step waits for an unreachable Hub, unless HUB_WAIT says otherwise
+TIMEOUT = httpx2.Timeout(120, connect=10)  # a hung Hub fails an attempt instead of the run
+ABSENT, REFUSED, UNREACHABLE = "absent", "refused", "unreachable"
 T = TypeVar("T")
+listeners: list[Callable[[str], None]] = []  # told of every wait (the job: the status file)
 
 
-class HubUnreachable(TrainboxError):
-    """The Hub could not be reached, or kept failing, after every retry."""
+def _client() -> httpx2.Client:
+    """huggingface_hub's own client, with timeouts."""
+    client = default_client_factory()
+    client.timeout = TIMEOUT
+    return client
+
+
+set_client_factory(_client)
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a call is about, for its error message: the setting that names the repo."""
+
+    setting: str  # DATASET_REPO, OUTPUT_REPO or --repo
+    repo: str
+    name: str = ""
+    revision: str = "main"
+    repo_type: str = "dataset"
+
+    @property
+    def code(self) -> ExitCode:
+        """The exit code when the Hub refuses this repo."""
+        return ExitCode.UPLOAD if self.setting == "OUTPUT_REPO" else ExitCode.DATASET
+
+
+class Unreachable(TrainboxError):
+    """The Hub could not be asked, for HUB_WAIT seconds: exit 5, nothing lost."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message, ExitCode.HUB)
@@ -54,6 +106,147 @@ def token() -> str | None:
     return None
 
 
+def api() -> HfApi:
+    """The client, with the token; no progress bars (one per file per epoch would drown the
+    container's log)."""
+    disable_progress_bars()
+    return HfApi(token=token(), library_name="trainbox", library_version=__version__)
+
+
+def status_of(err: BaseException) -> int | None:
+    """The HTTP status of a client (``response.status_code``) or urllib (``code``) error."""
+    status = getattr(getattr(err, "response", None), "status_code", None)
+    if status is None and isinstance(err, urllib.error.HTTPError):
+        status = err.code
+    return status if isinstance(status, int) else None
+
+
+_NO_ANSWER = (
+    ConnectionError,
+    TimeoutError,
+    socket.gaierror,
+    urllib.error.URLError,
+    http.client.HTTPException,
+    httpx2.TransportError,
+    hub_errors.LocalEntryNotFoundError,  # the client's "could not ask, nothing cached"
+)
+
+
+def classify(err: BaseException) -> str | None:
+    """ABSENT, REFUSED or UNREACHABLE for a Hub failure; None for anything else (a bug, a
+    local file error), which the caller lets through."""
+    if isinstance(err, hub_errors.LocalEntryNotFoundError):
+        return UNREACHABLE
+    status = status_of(err)
+    if status is not None:
+        if status in (408, 429) or status >= 500:
+            return UNREACHABLE
+        if isinstance(err, hub_errors.RevisionNotFoundError | hub_errors.RemoteEntryNotFoundError):
+            return ABSENT
+        if isinstance(err, hub_errors.RepositoryNotFoundError) and not isinstance(
+            err, hub_errors.GatedRepoError
+        ):
+            return ABSENT if status == 404 else REFUSED
+        return REFUSED
+    return UNREACHABLE if isinstance(err, _NO_ANSWER) else None
+
+
+def _why(err: BaseException) -> str:
+    return str(status_of(err) or type(err).__name__)
+
+
+def refusal(err: BaseException, target: Target) -> TrainboxError:
+    """The one line for a definite no from the Hub, and its exit code."""
+    setting, repo, code = target.setting, target.repo, target.code
+    if isinstance(err, hub_errors.GatedRepoError):
+        return TrainboxError(
+            f"{setting}={repo}: gated; accept its conditions on the Hub with the account "
+            "whose token is HF_TOKEN",
+            code,
+        )
+    if isinstance(err, hub_errors.RevisionNotFoundError):
+        return TrainboxError(
+            f"DATASET_REVISION={target.revision}: no such branch, tag or commit in {repo}", code
+        )
+    if isinstance(err, hub_errors.RemoteEntryNotFoundError):
+        return TrainboxError(
+            f"DATASET_FILE={target.name}: not in {repo} at {target.revision}; set DATASET_FILE "
+            "to the tar's name",
+            code,
+        )
+    if isinstance(err, hub_errors.RepositoryNotFoundError):
+        return TrainboxError(
+            f"{setting}={repo}: not found, or private and HF_TOKEN cannot read it; check the "
+            "name, or set HF_TOKEN (or HF_TOKEN_FILE)",
+            code,
+        )
+    access = "write" if setting == "OUTPUT_REPO" else "read"
+    if status_of(err) in (401, 403):
+        return TrainboxError(
+            f"the Hub refused HF_TOKEN for {setting}={repo} ({status_of(err)}): it is invalid, "
+            f"expired or cannot {access} it; make a token with {access} access at "
+            "https://huggingface.co/settings/tokens",
+            code,
+        )
+    return TrainboxError(f"the Hub refused a request for {setting}={repo}: {err}", code)
+
+
+def unreachable(target: Target, what: str, why: str, waited: float) -> Unreachable:
+    return Unreachable(
+        f"cannot ask the Hub for {target.setting}={target.repo} ({what}: {why}, for "
+        f"{waited:.0f} s): it may be down; start again later (HUB_WAIT sets how long to wait), "
+        "nothing on the volume or the Hub was changed"
+    )
+
+
+def call(
+    action: Callable[[], T],
+    what: str,
+    target: Target,
+    *,
+    wait: float = WAIT,
+    retry_status: frozenset[int] = frozenset(),
+) -> T:
+    """Run ``action``: an unreachable Hub is retried with backoff for ``wait`` seconds, then
+    ``Unreachable``; a refusal raises its one line. ``retry_status`` are definite answers worth
+    another try (412 on a commit). Every wait is logged and told to ``listeners``."""
+    started = time.monotonic()
+    attempt = 0
+    while True:
+        try:
+            return action()
+        except Exception as err:
+            kind = classify(err)
+            if kind is None:
+                raise
+            if kind != UNREACHABLE and status_of(err) not in retry_status:
+                raise refusal(err, target) from None
+            waited = time.monotonic() - started
+            if waited >= wait:
+                raise unreachable(target, what, _why(err), waited) from None
+            delay = min(2**attempt, 30, wait - waited)
+            message = f"{what}: {_why(err)} from the Hub; retrying in {delay:.0f} s"
+            log.warning("%s", message)
+            for listener in listeners:
+                listener(message)
+            time.sleep(delay)
+            attempt += 1
+
+
+def absent_as_none(action: Callable[[], T]) -> Callable[[], T | None]:
+    """``action``, answering None when the Hub says definitely that the thing is not there."""
+
+    def run() -> T | None:
+        try:
+            return action()
+        except Exception as err:
+            if classify(err) == ABSENT:
+                return None
+            raise
+
+    return run
+
+
 @dataclass(frozen=True)
 class RemoteFile:
     """One file of a Hub repo at a resolved commit."""
@@ -72,122 +265,46 @@ class RemoteFile:
         return self.etag if re.fullmatch(r"[0-9a-f]{64}", self.etag) else None
 
 
-def status_of(err: BaseException) -> int | None:
-    """The HTTP status of a client (``response.status_code``) or urllib (``code``) error."""
-    status = getattr(getattr(err, "response", None), "status_code", None) or getattr(
-        err, "code", None
+def _metadata(target: Target) -> RemoteFile:
+    url = hf_hub_url(target.repo, target.name, repo_type=target.repo_type,
+                     revision=target.revision)  # fmt: skip
+    meta = get_hf_file_metadata(
+        url, token=token(), library_name="trainbox", library_version=__version__
     )
-    return status if isinstance(status, int) else None
+    return RemoteFile(target.repo, target.name, target.revision, meta.commit_hash or "",
+                      meta.size or 0, (meta.etag or "").strip('"'), url)  # fmt: skip
 
 
-def is_network_error(err: BaseException) -> bool:
-    """A failure to talk to the Hub at all (no HTTP answer): transport or OS errors."""
-    if status_of(err) is not None or isinstance(err, hub_errors.HfHubHTTPError):
-        return False  # an answer, even if an error (the client's errors are OSErrors too)
-    return isinstance(err, OSError) or any(
-        c.__name__ == "TransportError" for c in type(err).__mro__
-    )
-
-
-def is_hub_failure(err: BaseException) -> bool:
-    """The Hub answered with an error, or could not be reached: not a bug of ours."""
-    return isinstance(err, hub_errors.HfHubHTTPError) or is_network_error(err)
-
-
-def is_transient(err: BaseException, extra_status: frozenset[int] = frozenset()) -> bool:
-    """Worth retrying: 408, 429, 5xx (and ``extra_status``), or a network failure."""
-    status = status_of(err)
-    if status is not None:
-        return status in RETRYABLE_STATUS or status in extra_status
-    return is_network_error(err)
-
-
-def explain(
-    err: Exception, repo: str, name: str = "", revision: str = "", setting: str = "DATASET_REPO"
-) -> TrainboxError:
-    """One line that says what a Hub error means for the user, and what to do."""
-    if isinstance(err, hub_errors.GatedRepoError):
-        return TrainboxError(
-            f"{setting}={repo}: gated; accept its conditions on the Hub with the account "
-            "whose token is HF_TOKEN",
-            ExitCode.DATASET,
-        )
-    if isinstance(err, hub_errors.RevisionNotFoundError):
-        return TrainboxError(
-            f"DATASET_REVISION={revision}: no such branch, tag or commit in {repo}",
-            ExitCode.DATASET,
-        )
-    if isinstance(err, hub_errors.RemoteEntryNotFoundError):
-        return TrainboxError(
-            f"DATASET_FILE={name}: not in {repo} at {revision}; set DATASET_FILE to the tar's name",
-            ExitCode.DATASET,
-        )
-    if isinstance(err, hub_errors.RepositoryNotFoundError):
-        return TrainboxError(
-            f"{setting}={repo}: not found, or private and HF_TOKEN cannot read it; "
-            "check the name, or set HF_TOKEN (or HF_TOKEN_FILE)",
-            ExitCode.DATASET,
-        )
-    status = status_of(err)
-    if status in (401, 403):
-        return TrainboxError(
-            f"the Hub refused HF_TOKEN ({status}): it is invalid, expired or lacks access; "
-            "make a new token at https://huggingface.co/settings/tokens",
-            ExitCode.DATASET,
-        )
-    return HubUnreachable(
-        f"the Hub failed for {repo} ({status or type(err).__name__}): it may be down; "
-        "start again later, nothing already staged is lost"
-    )
-
-
-def retrying(
-    action: Callable[[], T],
-    what: str,
-    retries: int = RETRIES,
-    extra_status: frozenset[int] = frozenset(),
-) -> T:
-    """Run ``action``, retrying connection errors, 429 and 5xx with exponential backoff."""
-    for attempt in range(retries + 1):
-        try:
-            return action()
-        except Exception as err:
-            if not is_transient(err, extra_status) or attempt == retries:
-                raise
-            delay = min(2**attempt, 30)
-            log.warning(
-                "%s: %s; retrying in %ss", what, status_of(err) or type(err).__name__, delay
-            )
-            time.sleep(delay)
-    raise AssertionError("unreachable")
-
-
-def remote_file(
-    repo: str, name: str, revision: str, *, repo_type: str = "dataset", retries: int = RETRIES
-) -> RemoteFile:
+def remote_file(target: Target, *, wait: float = WAIT) -> RemoteFile:
     """Resolve a file's commit, size and hash with one metadata request (no download)."""
-    url = hf_hub_url(repo, name, repo_type=repo_type, revision=revision)
-    try:
-        meta = retrying(
-            lambda: get_hf_file_metadata(
-                url, token=token(), library_name="trainbox", library_version=__version__
-            ),
-            f"metadata of {repo}/{name}",
-            retries,
-        )
-    except Exception as err:
-        if not is_hub_failure(err):
-            raise
-        raise explain(err, repo, name, revision) from None
-    return RemoteFile(
-        repo,
-        name,
-        revision,
-        meta.commit_hash or "",
-        meta.size or 0,
-        (meta.etag or "").strip('"'),
-        url,
-    )
+    return call(lambda: _metadata(target), f"metadata of {target.name}", target, wait=wait)
+
+
+def read(target: Target, *, wait: float = WAIT) -> tuple[bytes, str] | None:
+    """A small file's bytes and the commit they are from; None when the Hub says it (or its
+    repo) is not there. Anything but a definite answer waits, then raises."""
+    remote = call(absent_as_none(lambda: _metadata(target)), f"ask for {target.name}", target,
+                  wait=wait)  # fmt: skip
+    if remote is None:
+        return None
+    pinned = RemoteFile(**{**remote.__dict__, "url": hf_hub_url(
+        target.repo, target.name, repo_type=target.repo_type, revision=remote.commit)})  # fmt: skip
+    return b"".join(stream(pinned, wait=wait)), remote.commit
+
+
+def download(target: Target, path: Path, *, wait: float = WAIT) -> str | None:
+    """Download a file to ``path`` (atomically: a ``.part`` file renamed); return its commit,
+    or None when the Hub says it is not there."""
+    remote = call(absent_as_none(lambda: _metadata(target)), f"ask for {target.name}", target,
+                  wait=wait)  # fmt: skip
+    if remote is None:
+        return None
+    part = path.with_name(f".{path.name}.part")
+    with open(part, "wb") as out:
+        for chunk in stream(remote, wait=wait):
+            out.write(chunk)
+    os.replace(part, path)
+    return remote.commit
 
 
 def _open(url: str, offset: int) -> http.client.HTTPResponse:
@@ -198,60 +315,98 @@ def _open(url: str, offset: int) -> http.client.HTTPResponse:
     return urllib.request.urlopen(request, timeout=60)
 
 
-def stream(remote: RemoteFile, offset: int = 0) -> Iterator[bytes]:
-    """The file's bytes from ``offset``, resuming where a dropped connection stopped."""
-    failures = 0
+def stream(remote: RemoteFile, offset: int = 0, *, wait: float = WAIT) -> Iterator[bytes]:
+    """The file's bytes from ``offset``, resuming where a dropped connection stopped; it gives
+    up when no byte arrived for ``wait`` seconds."""
+    target = Target("DATASET_REPO", remote.repo, remote.name, remote.revision)
+    progress_at = time.monotonic()
     while offset < remote.size:
-        try:
-            with _open(remote.url, offset) as response:
-                if offset and response.status != 206:
-                    raise HubUnreachable(f"{remote.url}: the server ignored a Range request")
+
+        def attempt(start: int = offset) -> http.client.HTTPResponse:
+            response = _open(remote.url, start)
+            if start and response.status != 206:
+                response.close()
+                raise Unreachable(f"{remote.url}: the server ignored a Range request")
+            return response
+
+        left = wait - (time.monotonic() - progress_at)
+        with call(attempt, f"download of {remote.name}", target, wait=left) as response:
+            try:
                 while chunk := response.read(CHUNK):
                     offset += len(chunk)
-                    failures = 0
+                    progress_at = time.monotonic()
                     yield chunk
-            if offset < remote.size:
-                raise ConnectionError(f"connection closed at byte {offset} of {remote.size}")
-        except urllib.error.HTTPError as err:
-            if err.code not in RETRYABLE_STATUS:
-                raise explain(err, remote.repo, remote.name, remote.revision) from None
-            failures = _backoff(failures, f"HTTP {err.code}", remote)
-        except (OSError, http.client.HTTPException) as err:
-            failures = _backoff(failures, str(err) or type(err).__name__, remote)
+            except (OSError, http.client.HTTPException) as err:
+                log.warning("download of %s: %s; resuming", remote.name, err or type(err).__name__)
+        if offset < remote.size:
+            if time.monotonic() - progress_at > wait:
+                raise unreachable(target, f"download of {remote.name}", "no bytes",
+                                  time.monotonic() - progress_at)  # fmt: skip
+            time.sleep(1)  # closed early: don't spin
 
 
-def _backoff(failures: int, reason: str, remote: RemoteFile) -> int:
-    if failures >= RETRIES:
-        raise HubUnreachable(
-            f"downloading {remote.repo}/{remote.name} failed {failures + 1} times ({reason}); "
-            "start again later"
-        )
-    delay = min(2**failures, 30)
-    log.warning("download of %s: %s; resuming in %ss", remote.name, reason, delay)
-    time.sleep(delay)
-    return failures + 1
+def ensure_repo(target: Target, *, private: bool, wait: float = WAIT) -> None:
+    """Create the repo unless it exists (private if asked)."""
+    client = api()
+    call(
+        lambda: client.create_repo(
+            target.repo, repo_type=target.repo_type, private=private, exist_ok=True
+        ),
+        f"create {target.repo}",
+        target,
+        wait=wait,
+    )
 
 
-def upload(repo: str, local: Path, name: str, *, private: bool, repo_type: str = "dataset") -> str:
-    """Create the repo if missing (private if asked) and commit one file; return the commit."""
-    api = HfApi(token=token(), library_name="trainbox", library_version=__version__)
-    try:
-        retrying(
-            lambda: api.create_repo(repo, repo_type=repo_type, private=private, exist_ok=True),
-            f"create {repo}",
-        )
-        info = retrying(
-            lambda: api.upload_file(
-                path_or_fileobj=str(local),
-                path_in_repo=name,
-                repo_id=repo,
-                repo_type=repo_type,
-                commit_message=f"trainbox: {name}",
-            ),
-            f"upload {name}",
-        )
-    except Exception as err:
-        if not is_hub_failure(err):
+class BranchMoved(Exception):
+    """A commit on top of a given parent found the branch elsewhere: look again, retry."""
+
+
+# huggingface_hub documents only that such a commit fails (hf_api.create_commit,
+# ``parent_commit``); the Hub answers 412 (and 409 has been reported): both mean "moved".
+MOVED_STATUS = (409, 412)
+
+
+def commit(
+    target: Target,
+    operations: list[CommitOperationAdd],
+    message: str,
+    *,
+    parent: str | None = None,
+    wait: float = WAIT,
+) -> CommitInfo:
+    """One commit of ``operations``. With ``parent``, only on top of that commit: when the
+    branch moved, ``BranchMoved`` is raised (the caller looks again); without, a 412 is retried."""
+    client = api()
+
+    def attempt() -> CommitInfo:
+        try:
+            return client.create_commit(
+                target.repo,
+                operations,
+                commit_message=message,
+                repo_type=target.repo_type,
+                parent_commit=parent,
+            )
+        except hub_errors.HfHubHTTPError as err:
+            if parent and status_of(err) in MOVED_STATUS:
+                raise BranchMoved(f"{target.repo} moved past {parent[:12]}") from None
             raise
-        raise explain(err, repo, setting="--repo") from None
-    return info.oid
+
+    return call(attempt, message, target, wait=wait,
+                retry_status=frozenset() if parent else frozenset({412}))  # fmt: skip
+
+
+def paths_info(target: Target, paths: list[str], *, wait: float = WAIT) -> dict[str, Any]:
+    """What the Hub holds at ``paths``: {path: RepoFile}."""
+    client = api()
+    found = call(lambda: client.get_paths_info(target.repo, paths, repo_type=target.repo_type),
+                 "paths-info", target, wait=wait)  # fmt: skip
+    return {item.path: item for item in found}
+
+
+def upload(target: Target, local: Path, *, private: bool) -> str:
+    """Create the repo if missing (private if asked) and commit one file; return the commit."""
+    ensure_repo(target, private=private)
+    operation = CommitOperationAdd(target.name, str(local))
+    return commit(target, [operation], f"trainbox: {target.name}").oid

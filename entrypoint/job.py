@@ -8,13 +8,17 @@ upload.
 import contextlib
 import logging
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 
 from . import (
     __version__,
     dataset,
     distributed,
+    hub,
+    lock,
     preflight,
     provider,
     publish,
@@ -31,7 +35,8 @@ log = logging.getLogger("trainbox")
 
 
 def run(cfg: Config) -> int:
-    """Run the job; return the container's exit code, recording how it ended."""
+    """Run the job; return the container's exit code, recording how it ended. A volume
+    another container is using is refused before anything is written to it."""
     log.info(
         "trainbox %s: %s run %r on %s",
         __version__,
@@ -39,7 +44,12 @@ def run(cfg: Config) -> int:
         cfg.run_name,
         cfg.device,
     )
-    status.write_here(cfg.node_rank == 0)
+    with lock.volume(cfg.workspace, cfg.node_rank):
+        return _run(cfg)
+
+
+def _run(cfg: Config) -> int:
+    status.for_node(cfg.node_rank)
     # The resolved job shape, for every program and rank started from here.
     os.environ.update(NNODES=str(cfg.nnodes), NODE_RANK=str(cfg.node_rank),
                       MASTER_ADDR=cfg.master_addr, MASTER_PORT=str(cfg.master_port))  # fmt: skip
@@ -48,6 +58,7 @@ def run(cfg: Config) -> int:
                  cfg.master_port)  # fmt: skip
     limits = {"max_runtime": cfg.max_runtime, "stall_timeout": cfg.stall_timeout}
     status.record(cfg.workspace, "preflight", fresh=True, run=cfg.run_name, limits=limits)
+    hub.listeners.append(lambda waiting: status.note(cfg.workspace, waiting=waiting))
     try:
         code = _steps(cfg)
     except TrainboxError as err:
@@ -58,20 +69,40 @@ def run(cfg: Config) -> int:
     # After a stop signal someone is already stopping the machine; node 0 speaks for the job.
     # ON_EXIT implies OUTPUT_REPO (provider.check); the Hub is asked only when it will act.
     if cfg.on_exit != "none" and code != ExitCode.INTERRUPTED and cfg.node_rank == 0:
-        provider.on_exit(cfg, upload.verify(cfg))
+        provider.on_exit(cfg, upload.verify(cfg), code)
     return code
 
 
 def _steps(cfg: Config) -> int:
     """The steps in order; each returns early with the exit code when the job ends there.
     The watchdogs guard them here, then as a supervisord program during training."""
-    with watchdog.guard(cfg):
+    with watchdog.guard(cfg), _stoppable():
         ready = _prepare(cfg)
     if ready is not None:
         return ready
     status.record(cfg.workspace, "training")
     gpus = len(preflight.read(cfg)["gpus"])
     return supervise.run(cfg, distributed.command(cfg, gpus))
+
+
+@contextlib.contextmanager
+def _stoppable() -> Iterator[None]:
+    """Until supervisord takes over, a stop signal ends the job cleanly: exit 130, the phase
+    ``interrupted``, temporary files gone (every step cleans up on the way out)."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise TrainboxError(
+            f"{signal.Signals(signum).name} received before training: stopped; a restart goes "
+            "on from here",
+            ExitCode.INTERRUPTED,
+        )
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _prepare(cfg: Config) -> int | None:
@@ -92,10 +123,9 @@ def _prepare(cfg: Config) -> int | None:
     verdict = preflight.read(cfg)
     status.record(cfg.workspace, "preflight", gpu=preflight.summary(verdict),
                   notes=verdict["notes"])  # fmt: skip
-    if verdict["workers"] != cfg.workers:
-        os.environ["WORKERS"] = str(verdict["workers"])  # what the train program will use
     previous = None
     if cfg.output_repo:
+        status.record(cfg.workspace, "resuming")
         previous = resume.fetch(cfg)
         if status.run_state(cfg.run_dir) == "completed":
             log.info(

@@ -55,7 +55,7 @@ def system(workspace: Path) -> System:
     return System(shm, len(os.sched_getaffinity(0)), free, unwritable)
 
 
-def workers(cfg: Config, facts: System) -> tuple[int, list[str]]:
+def fit_workers(cfg: Config, facts: System) -> tuple[int, list[str]]:
     """The dataloader workers this container can run, and the notes that explain a change."""
     notes = []
     if cfg.workers > facts.cpus:
@@ -83,7 +83,7 @@ def check(cfg: Config, probe: gpu.Probe, facts: System) -> dict:
             f"{cfg.workspace} is not writable ({facts.unwritable}): mount a writable volume there",
             ExitCode.PREFLIGHT,
         )
-    effective, notes = workers(cfg, facts)
+    effective, notes = fit_workers(cfg, facts)
     verdict = gpu.check(cfg.device, probe)
     return {
         **verdict.as_dict(),
@@ -156,3 +156,12 @@ def summary(result: dict) -> str:
 def read(cfg: Config) -> dict:
     """The verdict the last preflight wrote."""
     return json.loads(verdict_path(cfg).read_text())
+
+
+def workers(cfg: Config) -> int:
+    """The dataloader workers to train with: the preflight's (it may have lowered WORKERS),
+    else WORKERS (``trainbox train`` run by hand, without a preflight)."""
+    try:
+        return int(read(cfg)["workers"])
+    except (OSError, ValueError, KeyError):
+        return cfg.workers

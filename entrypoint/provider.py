@@ -36,9 +36,12 @@ class Request:
         return f"{self.method} {self.url}{body} (Authorization: Bearer ***)"
 
 
-def request(cfg: Config, environ: Mapping[str, str] = os.environ) -> Request:
-    """The request ON_EXIT makes on this machine, or a one-line error saying why none can be."""
-    action = cfg.on_exit
+def request(
+    cfg: Config, environ: Mapping[str, str] = os.environ, action: str | None = None
+) -> Request:
+    """The request ON_EXIT (or ``action``) makes on this machine, or a one-line error saying
+    why none can be."""
+    action = action or cfg.on_exit
     if environ.get("CONTAINER_ID") and environ.get("CONTAINER_API_KEY"):
         url = f"{cfg.vast_api_url.rstrip('/')}/api/v0/instances/{environ['CONTAINER_ID']}/"
         method, body = ("PUT", {"state": "stopped"}) if action == "stop" else ("DELETE", {})
@@ -81,8 +84,18 @@ def send(found: Request) -> None:
         pass
 
 
-def on_exit(cfg: Config, verified: bool) -> None:
-    """Stop or destroy this machine (ON_EXIT), only when the weights are verified on the Hub."""
+def on_exit(cfg: Config, verified: bool, code: int = ExitCode.OK) -> None:
+    """Stop or destroy this machine (ON_EXIT), only when the weights are verified on the Hub.
+    After a failed run (``code`` not 0) at most stop: destroying would take the volume, and
+    the logs on it, with it."""
+    action = cfg.on_exit
+    if code != ExitCode.OK and action == "destroy":
+        log.warning(
+            "ON_EXIT=destroy: the run ended with exit %d, so this machine is only "
+            "stopped: its volume keeps the logs; destroy it once you have read them",
+            code,
+        )
+        action = "stop"
     if not verified:
         log.error(
             "ON_EXIT=%s: not done: the upload to %s is not verified, so this machine stays up "
@@ -91,12 +104,12 @@ def on_exit(cfg: Config, verified: bool) -> None:
             cfg.output_repo,
         )
         return
-    found = request(cfg)
+    found = request(cfg, action=action)
     if cfg.on_exit_dry_run:
         log.info("ON_EXIT_DRY_RUN: would send to %s: %s", found.provider, found.describe())
         return
-    log.info("ON_EXIT=%s: asking %s: %s", cfg.on_exit, found.provider, found.describe())
+    log.info("ON_EXIT=%s: asking %s: %s", action, found.provider, found.describe())
     try:
         send(found)
     except (urllib.error.URLError, OSError) as err:
-        log.error("ON_EXIT=%s failed (%s): stop this machine yourself", cfg.on_exit, err)
+        log.error("ON_EXIT=%s failed (%s): stop this machine yourself", action, err)

@@ -36,19 +36,26 @@ def read_index(run_dir: Path) -> dict[str, Any]:
         return {"epoch": 0, "files": {}}
 
 
-def publish(run_dir: Path, epoch: int) -> dict[str, Any]:
-    """Copy the run's current files into ``published/`` and index them; unchanged ones are kept."""
+def publish(run_dir: Path, epoch: int, *, failed: bool = False) -> dict[str, Any]:
+    """Copy the run's current files into ``published/`` and index them; unchanged ones are kept.
+    ``failed``: training raised; its train.log joins the small files, and the weights stay
+    as last published (a file being saved when it raised may be torn)."""
     out = run_dir / FOLDER
     out.mkdir(parents=True, exist_ok=True)
     before = read_index(run_dir)
-    sources = [run_dir / name for name in SMALL_FILES]
-    sources += sorted((run_dir / "weights").glob("*.pt"))
+    sources = [run_dir / name for name in (*SMALL_FILES, *(("train.log",) if failed else ()))]
+    if failed:
+        sources += [out / name for name in before["files"] if name.endswith(".pt")]
+    else:
+        sources += sorted((run_dir / "weights").glob("*.pt"))
     files = {}
     for source in sources:
         if not source.is_file():
             continue
         target = out / source.name
-        if target.is_file() and source.name in before["files"] and _same(source, target):
+        if source == target or (
+            target.is_file() and source.name in before["files"] and _same(source, target)
+        ):
             files[source.name] = before["files"][source.name]
             continue
         files[source.name] = copy_atomic(source, target)
@@ -102,3 +109,9 @@ class Publisher:
 
     def on_train_end(self, event: Any) -> None:
         publish(Path(event.save_dir), event.completed_epochs)
+
+    def on_train_exception(self, event: Any) -> None:
+        """A failure publishes its train.log (the traceback); a stop (SIGINT) is no failure."""
+        if not isinstance(event.exception, KeyboardInterrupt):
+            run_dir = Path(event.save_dir)
+            publish(run_dir, read_index(run_dir)["epoch"], failed=True)

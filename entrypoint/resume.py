@@ -1,8 +1,10 @@
 """Resume anywhere: from the newest checkpoint that loads, on this volume or on the Hub.
 
-On this volume, an interrupted run goes on from ``weights/last.pt``, or from the published
-copy when that file was torn by a kill in the middle of ``torch.save``. On an empty volume,
-the run's ``last.pt`` and manifest come down from OUTPUT_REPO first.
+Before training, ``fetch`` compares the run's epoch on OUTPUT_REPO (its ``index.json``) with
+the epoch inside this volume's checkpoint, and brings the Hub's ``last.pt`` down when it is
+later (a volume reattached after another machine trained further, or an empty one). Then
+an interrupted run goes on from ``weights/last.pt``, or from the published copy when that
+file was torn by a kill in the middle of ``torch.save``.
 """
 
 import json
@@ -12,13 +14,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import errors as hub_errors
-from huggingface_hub import hf_hub_download
-
 from . import hub
+from .atomic import write_atomic
 from .config import Config
 from .errors import ExitCode, TrainboxError
-from .publish import FOLDER, MANIFEST
+from .publish import FOLDER, INDEX, MANIFEST
 from .status import run_state
 
 log = logging.getLogger("trainbox")
@@ -52,60 +52,86 @@ def checkpoint(cfg: Config) -> Path | None:
     return None
 
 
-def fetch(cfg: Config) -> dict[str, Any] | None:
-    """On a volume without this run, bring its last.pt and manifest down from OUTPUT_REPO.
+def epoch_of(path: Path) -> int:
+    """The epochs a checkpoint has completed (libreyolo stores the last one, 0-based); 0 when
+    it does not load."""
+    import torch
 
-    Returns the run's manifest when there was one to resume. A run the Hub says completed
-    gets its status.json only, so that it is not trained again. A Hub that cannot be asked
-    stops the run: starting over would overwrite the Hub's newer weights with epoch 1.
-    """
-    local = run_state(cfg.run_dir) or (cfg.run_dir / "weights").exists()
-    # Several machines all take the Hub's copy, so that every rank starts from the same one.
-    if not cfg.output_repo or (local and cfg.nnodes == 1):
-        return None
-    with tempfile.TemporaryDirectory(dir=cfg.workspace) as scratch:
-        remote_status = _download(cfg, "status.json", scratch)
-        if remote_status is None:
-            return None  # nothing to resume: a new run
-        cfg.run_dir.mkdir(parents=True, exist_ok=True)
-        if json.loads(remote_status.read_text()).get("state") == "completed":
-            shutil.move(remote_status, cfg.run_dir / "status.json")
-            log.info("run %s is completed on %s", cfg.run_name, cfg.output_repo)
-            return None
-        manifest, last = _download(cfg, MANIFEST, scratch), _download(cfg, "last.pt", scratch)
-        if manifest is None or last is None:
-            return None
-        (cfg.run_dir / "weights").mkdir(exist_ok=True)
-        shutil.move(last, cfg.run_dir / "weights" / "last.pt")  # replaces a local one
-        log.info("resuming run %s from the last.pt on %s", cfg.run_name, cfg.output_repo)
-        return json.loads(manifest.read_text())
-
-
-def _download(cfg: Config, name: str, folder: str) -> Path | None:
-    """One file of this run from OUTPUT_REPO, or None when it is not there."""
     try:
-        return Path(hub.retrying(
-            lambda: hf_hub_download(cfg.output_repo, f"{cfg.run_name}/{name}", local_dir=folder,
-                                    token=hub.token()),
-            f"download {name}",
-        ))  # fmt: skip
-    except (hub_errors.EntryNotFoundError, hub_errors.RepositoryNotFoundError):
+        return int(torch.load(path, map_location="cpu", weights_only=False)["epoch"]) + 1
+    except Exception:
+        return 0
+
+
+def local_epoch(cfg: Config) -> int:
+    """The epochs of the newest checkpoint on this volume that loads (0: none)."""
+    return max(epoch_of(path) for path in
+               (cfg.run_dir / "weights" / "last.pt", cfg.run_dir / FOLDER / "last.pt"))  # fmt: skip
+
+
+def _on_hub(cfg: Config, name: str) -> hub.Target:
+    return hub.Target("OUTPUT_REPO", cfg.output_repo, f"{cfg.run_name}/{name}", repo_type="model")
+
+
+def hub_epoch(cfg: Config, *, wait: float) -> tuple[int, str | None]:
+    """(the epoch of the run's last snapshot on the Hub, the commit it was read at); (0, None)
+    when the Hub holds none. Raises when the Hub cannot be asked."""
+    found = hub.read(_on_hub(cfg, INDEX), wait=wait)
+    if found is None:
+        return 0, None
+    data, commit = found
+    return int(json.loads(data).get("epoch", 0)), commit
+
+
+def fetch(cfg: Config) -> dict[str, Any] | None:
+    """With OUTPUT_REPO, before training: compare the run on the Hub with this volume's, and
+    take the Hub's last.pt when it is later (on several machines, always: every rank then
+    starts from the same one). Returns the run's manifest on the Hub, None for a new run.
+
+    Only a definite answer (the repo or the run is not there) means a new run; a Hub that
+    cannot be asked for HUB_WAIT seconds ends the run with exit 5, before anything is trained
+    or committed. A run the Hub says completed gets its status.json, and is not trained again.
+    """
+    if not cfg.output_repo:
         return None
-    except Exception as err:
-        if not hub.is_hub_failure(err):
-            raise
-        if hub.status_of(err) in (401, 403):
+    found = hub.read(_on_hub(cfg, "status.json"), wait=cfg.hub_wait)
+    manifest = hub.read(_on_hub(cfg, MANIFEST), wait=cfg.hub_wait)
+    if found is None:
+        return json.loads(manifest[0]) if manifest else None  # started, no epoch yet
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    if json.loads(found[0]).get("state") == "completed":
+        write_atomic(cfg.run_dir / "status.json", found[0])
+        log.info("run %s is completed on %s", cfg.run_name, cfg.output_repo)
+        return None
+    held, commit = hub_epoch(cfg, wait=cfg.hub_wait)
+    here = local_epoch(cfg)
+    if held and (held > here or cfg.nnodes > 1):
+        _take(cfg, commit, held, here)
+    elif here:
+        log.info("resuming run %s from this volume (epoch %d; the Hub holds %d)", cfg.run_name,
+                 here, held)  # fmt: skip
+    return json.loads(manifest[0]) if manifest else None
+
+
+def _take(cfg: Config, commit: str | None, held: int, here: int) -> None:
+    """Bring the Hub's last.pt (of ``commit``) into weights/, checked; the older snapshot
+    published on this volume goes, so that it is never uploaded over the Hub's."""
+    with tempfile.TemporaryDirectory(dir=cfg.workspace) as scratch:
+        target = hub.Target(**{**_on_hub(cfg, "last.pt").__dict__, "revision": commit or "main"})
+        downloaded = Path(scratch) / "last.pt"
+        if hub.download(target, downloaded, wait=cfg.hub_wait) is None:
+            return  # the snapshot lists no last.pt: nothing to take
+        if epoch_of(downloaded) < held:
             raise TrainboxError(
-                f"the Hub refused HF_TOKEN for OUTPUT_REPO={cfg.output_repo} "
-                f"({hub.status_of(err)}): use a token with write access to it",
+                f"the last.pt of run {cfg.run_name} on OUTPUT_REPO={cfg.output_repo} does not "
+                f"load as epoch {held}: set a new RUN_NAME, or delete the run there",
                 ExitCode.UPLOAD,
-            ) from None
-        raise TrainboxError(
-            f"cannot ask OUTPUT_REPO={cfg.output_repo} for run {cfg.run_name!r} to resume "
-            f"({hub.status_of(err) or type(err).__name__}): start again later, or set a new "
-            "RUN_NAME",
-            ExitCode.HUB,
-        ) from None
+            )
+        (cfg.run_dir / "weights").mkdir(parents=True, exist_ok=True)
+        shutil.move(downloaded, cfg.run_dir / "weights" / "last.pt")  # replaces a local one
+    shutil.rmtree(cfg.run_dir / FOLDER, ignore_errors=True)
+    log.info("resuming run %s from the last.pt on %s (epoch %d; this volume had %d)",
+             cfg.run_name, cfg.output_repo, held, here)  # fmt: skip
 
 
 def check_dataset(cfg: Config, previous: dict[str, Any], current: dict[str, Any]) -> None:

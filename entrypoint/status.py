@@ -1,7 +1,7 @@
 """Run state, readable from outside: libreyolo's own status, and the container's.
 
 ``/workspace/trainbox/status.json`` (atomic, a few hundred bytes) says what the container is
-doing: ``phase`` (``preflight``, ``staging``, ``training``, ``uploading``, then
+doing: ``phase`` (``preflight``, ``resuming``, ``staging``, ``training``, ``uploading``, then
 ``completed``, ``failed`` or ``interrupted``; ``phases`` lists each with the time it began),
 the GPU verdict, staging bytes/rate/ETA, the training epoch/ETA/metrics (from libreyolo's
 status.json), the upload state (from the uploader's ledger), ``progress_at`` (the last sign
@@ -9,7 +9,9 @@ of progress, for the watchdog and the health check), timestamps, and the exit co
 reason.
 
 One writer at a time: the job before and after supervisord, the ``watchdog`` program while
-it runs, the uploader's final flush last. ``trainbox status`` reads it with the standard
+it runs, the uploader's final flush last. In a job of several machines, node 0's is the
+run's status, and every other node keeps its own, ``status-nodeN.json``, for its own
+watchdog and health check. ``trainbox status`` reads it with the standard
 library alone, so it answers in milliseconds, through ``docker exec`` or from a copy of the
 volume (``python3 -m entrypoint status --workspace COPY`` from a checkout).
 """
@@ -23,10 +25,11 @@ from calendar import timegm
 from pathlib import Path
 from typing import Any
 
+from . import launchers
 from .atomic import write_atomic
 
 ENDED = {0: "completed", 8: "interrupted", 130: "interrupted"}
-ACTIVE = ("preflight", "staging", "training", "uploading")
+ACTIVE = ("preflight", "resuming", "staging", "training", "uploading")
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
@@ -54,40 +57,60 @@ def _json(file: Path) -> dict[str, Any]:
     return loaded if isinstance(loaded, dict) else {}
 
 
+_node: int | None = None  # this machine's node rank; None: resolved from the environment
+
+
+def for_node(rank: int) -> None:
+    """Use node ``rank``'s status file (the job and its programs know their rank)."""
+    global _node
+    _node = rank
+
+
 def path(workspace: Path) -> Path:
-    return workspace / "trainbox" / "status.json"
+    """This node's status file: node 0's is the run's, every other node keeps its own (for its
+    watchdog and health check), so that nodes sharing a volume never write each other's."""
+    rank = launchers.node_rank(os.environ) if _node is None else _node
+    return workspace / "trainbox" / ("status.json" if rank == 0 else f"status-node{rank}.json")
 
 
-def ledger_path(workspace: Path, run: str) -> Path:
-    """The uploader's record of what the Hub holds for a run (written by ``upload``)."""
-    return workspace / "trainbox" / f"ledger-{run}.json"
+def ledger_path(workspace: Path, repo: str, run: str) -> Path:
+    """The uploader's record of what a repo holds of a run (written by ``upload``): one per
+    repo and run, so that a new OUTPUT_REPO gets every file, changed or not."""
+    return workspace / "trainbox" / f"ledger-{repo.replace('/', '--')}--{run}.json"
+
+
+def read_time(file: Path) -> float | None:
+    """A time (seconds since the epoch) written to ``file`` by ``write_time``, or None."""
+    try:
+        return float(file.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_time(file: Path, seconds: float) -> None:
+    write_atomic(file, f"{seconds}\n")
 
 
 def read(workspace: Path) -> dict[str, Any]:
     return _json(path(workspace))
 
 
-_writer = True
-
-
-def write_here(allowed: bool) -> None:
-    """In a job of several machines, node 0 alone writes the status (volumes may be shared)."""
-    global _writer
-    _writer = allowed
-
-
 def record(workspace: Path, phase: str, *, fresh: bool = False, **fields: Any) -> None:
     """Set the container's phase and fields; ``fresh`` starts a new status (a new start).
     A new phase counts as progress."""
-    if not _writer:
-        return
     now = iso()
     kept = {} if fresh else read(workspace)
     if kept.get("phase") != phase:
         fields["phases"] = [*kept.get("phases", []), [phase, now]]  # the run's timeline
         fields["progress_at"] = fields.get("progress_at") or now
+        kept.pop("waiting", None)  # a wait for the Hub belongs to the phase it happened in
     status = {"started_at": now, **kept, **fields, "phase": phase, "updated_at": now}
     write_atomic(path(workspace), json.dumps(status, indent=2) + "\n")
+
+
+def note(workspace: Path, **fields: Any) -> None:
+    """Set fields, the phase staying as it is (e.g. ``waiting``: why a step waits)."""
+    record(workspace, read(workspace).get("phase", "preflight"), **fields)
 
 
 def ended(code: int) -> str:
@@ -141,9 +164,9 @@ def profile(run_dir: Path) -> dict[str, Any] | None:
             "dataload_frac": real.get("dataload_frac")}  # fmt: skip
 
 
-def upload(workspace: Path, run: str) -> dict[str, Any]:
+def upload(workspace: Path, repo: str, run: str) -> dict[str, Any]:
     """The upload state the uploader keeps in its ledger."""
-    return _json(ledger_path(workspace, run)).get("state", {})
+    return _json(ledger_path(workspace, repo, run)).get("state", {})
 
 
 def health(status: dict[str, Any], now: float | None = None) -> str | None:
@@ -216,6 +239,8 @@ def human(status: dict[str, Any], now: float | None = None) -> str:
             )
     if "upload" in status:
         lines += _upload_lines(status["upload"])
+    if waiting := status.get("waiting"):
+        lines.append(f"waiting  {waiting}")
     if "exit_code" in status:
         lines.append(f"exit     {status['exit_code']}: {status.get('reason', status['phase'])}")
     problem = health(status, now)
@@ -248,10 +273,6 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     while True:
         status = read(args.workspace)
-        if not status and os.environ.get("NODE_RANK", "0") not in ("", "0"):
-            print(f"node {os.environ['NODE_RANK']} of a job of several machines: node 0 holds "
-                  "the run's status")  # fmt: skip
-            return 0
         if not status:
             print(
                 f"no status at {path(args.workspace)}: no container has run on this volume; "

@@ -11,9 +11,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from string import Template
 
+from . import status
 from .atomic import write_atomic
 from .config import Config
 from .errors import ExitCode
@@ -22,7 +24,8 @@ log = logging.getLogger("trainbox")
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "docker" / "supervisord.conf"
 TRAIN_PROGRAM = "train"
-STOP_WAIT_SECONDS = 60
+STOP_WAIT_SECONDS = 60  # at most, for training to stop; never more than half of STOP_GRACE
+STOP_FILE = "stop-at"  # when the stop signal came, for the uploader's final flush
 
 
 def render(runtime: Path, train_command: str, cfg: Config) -> str:
@@ -31,10 +34,11 @@ def render(runtime: Path, train_command: str, cfg: Config) -> str:
         runtime=runtime,
         python=sys.executable,
         train_command=train_command,
-        stop_wait=STOP_WAIT_SECONDS,
+        stop_wait=min(STOP_WAIT_SECONDS, cfg.stop_grace // 2),
         upload=str(bool(cfg.output_repo) and cfg.node_rank == 0).lower(),
         monitor=str(cfg.monitor and cfg.node_rank == 0).lower(),
         stop_grace=cfg.stop_grace,
+        stop_file=STOP_FILE,
     )
 
 
@@ -53,6 +57,8 @@ def run(cfg: Config, train_command: str | None = None) -> int:
 
     def forward(signum: int, _frame: object) -> None:
         log.info("%s received: stopping training", signal.Signals(signum).name)
+        if not stopped_by:  # the final upload's budget counts from here
+            status.write_time(runtime / STOP_FILE, time.time())
         stopped_by.append(signum)
         child.send_signal(signal.SIGTERM)
 

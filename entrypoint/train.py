@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from . import distributed
+from . import distributed, preflight
 from .config import Config
 from .dataset import data_yaml
 from .errors import ExitCode, TrainboxError
@@ -75,7 +75,7 @@ def _on_this_data(cfg: Config) -> dict[str, Any]:
         "batch": cfg.batch,
         "imgsz": cfg.imgsz,
         "device": "" if cfg.device == "auto" else cfg.device,
-        "workers": cfg.workers,
+        "workers": preflight.workers(cfg),
         "exist_ok": True,
         # SyncBatchNorm needs GPU modules.
         **({"sync_bn": False} if cfg.device == "cpu" else {}),

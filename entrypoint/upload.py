@@ -2,10 +2,18 @@
 
 Every UPLOAD_INTERVAL seconds the uploader commits what changed in the run's published
 snapshot (``publish``) to ``OUTPUT_REPO`` under ``RUN_NAME/``: one commit per cycle,
-unchanged files skipped by sha256, retries with backoff, at most MAX_COMMITS_PER_HOUR.
-A ledger on the volume records what the Hub holds (path, sha256, commit) across restarts.
-On SIGTERM (training ended, or ``docker stop``) it pushes what is pending within STOP_GRACE
-and exits 0 only if the Hub then holds the last snapshot.
+unchanged files skipped by sha256, at most MAX_COMMITS_PER_HOUR (the final flush is never
+held back by that cap, which sits below the Hub's own limit of about 128 per hour).
+
+Weights on the Hub never go backwards: every commit carries ``RUN_NAME/index.json`` (the
+snapshot's epoch and hashes), is made only on top of the commit in which the uploader last
+read the Hub's ``index.json`` (``parent_commit``: the Hub answers 412 when the branch moved,
+and the uploader looks again), and is refused when the Hub already holds a later epoch.
+
+A ledger on the volume, per repo and run, records what the Hub holds (path, sha256, commit)
+across restarts. On SIGTERM (training ended, or ``docker stop``) the uploader pushes what is
+pending in what is left of STOP_GRACE, counted from the stop signal, and exits 0 only if the
+Hub then holds the last snapshot.
 """
 
 import hashlib
@@ -14,34 +22,32 @@ import logging
 import os
 import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections import deque
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import CommitOperationAdd, HfApi
-from huggingface_hub import errors as hub_errors
-from huggingface_hub.utils import disable_progress_bars
+from huggingface_hub import CommitOperationAdd
 
-from . import __version__, hub, status
+from . import hub, resume, status
 from .atomic import write_atomic
 from .config import Config
 from .errors import ExitCode, TrainboxError
-from .publish import FOLDER, MANIFEST, read_index, write_manifest
+from .publish import FOLDER, INDEX, MANIFEST, read_index, write_manifest
 
 log = logging.getLogger("trainbox")
 
-COMMIT_RETRYABLE = frozenset({412})  # the branch moved under the commit: retry on the new head
+FLUSH_MARGIN = 5  # seconds of STOP_GRACE kept for the processes to exit after the flush
 
 
-def api() -> HfApi:
-    disable_progress_bars()  # a bar per file per epoch would drown the container's log
-    return HfApi(token=hub.token(), library_name="trainbox", library_version=__version__)
+def target(cfg: Config) -> hub.Target:
+    return hub.Target("OUTPUT_REPO", cfg.output_repo, repo_type="model")
 
 
 def ledger_path(cfg: Config) -> Path:
-    return status.ledger_path(cfg.workspace, cfg.run_name)
+    return status.ledger_path(cfg.workspace, cfg.output_repo, cfg.run_name)
 
 
 def read_ledger(cfg: Config) -> dict[str, Any]:
@@ -53,41 +59,15 @@ def read_ledger(cfg: Config) -> dict[str, Any]:
 
 def prepare(cfg: Config, manifest: dict[str, Any]) -> None:
     """At start, before training: prove HF_TOKEN can write OUTPUT_REPO by committing the run's
-    manifest. A refusal stops the run; a Hub that is merely unreachable does not."""
+    manifest. A refusal stops the run (exit 7); a Hub that cannot be asked for HUB_WAIT
+    seconds too (exit 5): training without knowing where its weights can go bills blind."""
     write_manifest(cfg.run_dir, manifest)
-    client = api()
-    path = f"{cfg.run_name}/{MANIFEST}"
-    try:
-        hub.retrying(
-            lambda: client.create_repo(cfg.output_repo, private=True, exist_ok=True),
-            f"create {cfg.output_repo}",
-            retries=2,
-        )
-        hub.retrying(
-            lambda: client.upload_file(
-                path_or_fileobj=str(cfg.run_dir / FOLDER / MANIFEST),
-                path_in_repo=path,
-                repo_id=cfg.output_repo,
-                commit_message=f"{cfg.run_name}: start",
-            ),
-            "write the manifest",
-            retries=2,
-        )
-    except Exception as err:
-        if hub.is_transient(err):
-            log.warning(
-                "the Hub is unreachable (%s): training goes on, the uploader keeps retrying",
-                hub.status_of(err) or type(err).__name__,
-            )
-            return
-        if not isinstance(err, hub_errors.HfHubHTTPError):
-            raise
-        raise TrainboxError(
-            f"HF_TOKEN cannot write OUTPUT_REPO={cfg.output_repo} "
-            f"({hub.status_of(err) or type(err).__name__}): use a token with write access to it, "
-            "or unset OUTPUT_REPO to keep the run on the volume only",
-            ExitCode.UPLOAD,
-        ) from None
+    where = target(cfg)
+    hub.ensure_repo(where, private=True, wait=cfg.hub_wait)
+    operation = CommitOperationAdd(
+        f"{cfg.run_name}/{MANIFEST}", str(cfg.run_dir / FOLDER / MANIFEST)
+    )
+    hub.commit(where, [operation], f"{cfg.run_name}: start", wait=cfg.hub_wait)
     log.info("uploads go to %s/%s (private if it was created now)", cfg.output_repo, cfg.run_name)
 
 
@@ -96,16 +76,18 @@ class Uploader:
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
-        self.api = api()
         self.ledger = read_ledger(cfg)
         self.commits: deque[float] = deque()
         self.last_error = ""
+        self.behind = False  # the Hub holds a later epoch than this volume: never upload
+        self.seen: tuple[int, str | None] | None = None  # (epoch, commit) last read on the Hub
+        self.lock = threading.Lock()  # one push at a time: the cycles' and the final flush's
 
-    def pending(self) -> tuple[int, dict[str, str]]:
-        """(epoch, {name: sha256}) of published files the Hub does not hold yet."""
+    def pending(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """(the published index, {name: sha256} of its files the Hub does not hold yet)."""
         index = read_index(self.cfg.run_dir)
         held = self.ledger["files"]
-        return index["epoch"], {
+        return index, {
             name: digest for name, digest in index["files"].items()
             if held.get(f"{self.cfg.run_name}/{name}", {}).get("sha256") != digest
         }  # fmt: skip
@@ -119,59 +101,71 @@ class Uploader:
             return 0.0
         return 3600 - (now - self.commits[0])
 
-    def push(self, retries: int = hub.RETRIES) -> bool:
-        """Commit everything pending in one commit; True when nothing is pending afterwards."""
-        epoch, pending = self.pending()
-        if not pending:
-            return True
-        if (wait := self._room()) > 0:
-            log.warning(
-                "upload: %d commits in the last hour; next in %.0fs", len(self.commits), wait
-            )
-            return False
-        staging = self.cfg.run_dir / FOLDER / ".uploading"
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir()
+    def push(self, *, wait: float | None = None, final: bool = False) -> bool:
+        """Commit everything pending in one commit; True when nothing is pending afterwards.
+        ``wait``: seconds to wait for an unreachable Hub (UPLOAD_INTERVAL: the next cycle
+        tries again); ``final``: not held by the cap."""
+        wait = self.cfg.upload_interval if wait is None else wait
+        with self.lock:
+            index, pending = self.pending()
+            if not pending:
+                return True
+            if not final and (room := self._room()) > 0:
+                log.warning("upload: %d commits in the last hour; next in %.0fs",
+                            len(self.commits), room)  # fmt: skip
+                return False
+            # Its own folder: a push abandoned at a deadline may still be reading its own.
+            staging = Path(tempfile.mkdtemp(prefix=".uploading-", dir=self.cfg.run_dir / FOLDER))
+            try:
+                return self._commit(index, pending, staging, wait)
+            except (TrainboxError, hub.BranchMoved) as err:
+                self.last_error = str(err)
+                log.warning("upload of epoch %d failed: %s", index["epoch"], err)
+                self._save(pending=len(pending))
+                return False
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+
+    def _commit(self, index: dict, pending: dict[str, str], staging: Path, wait: float) -> bool:
         # Hard links pin the published files: a newer snapshot renamed over them meanwhile
         # leaves these bytes, the ones hashed for the commit, as they are.
         for name in pending:
             os.link(self.cfg.run_dir / FOLDER / name, staging / name)
-        operations = [
-            CommitOperationAdd(f"{self.cfg.run_name}/{name}", str(staging / name))
-            for name in sorted(pending)
-        ]
-        try:
-            info = hub.retrying(
-                lambda: self.api.create_commit(
-                    self.cfg.output_repo,
-                    operations,
-                    commit_message=f"{self.cfg.run_name}: epoch {epoch}",
-                ),
-                f"upload of epoch {epoch}",
-                retries=retries,
-                extra_status=COMMIT_RETRYABLE,
-            )
-        except Exception as err:
-            if not hub.is_hub_failure(err):
-                raise
-            self.last_error = f"{hub.status_of(err) or type(err).__name__}"
-            log.warning("upload of epoch %d failed (%s); will retry", epoch, self.last_error)
-            self._save(pending=len(pending))
-            return False
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        (staging / INDEX).write_text(json.dumps(index, indent=2) + "\n")
+        run, epoch = self.cfg.run_name, index["epoch"]
+        operations = [CommitOperationAdd(f"{run}/{name}", str(staging / name))
+                      for name in [*sorted(pending), INDEX]]  # fmt: skip
+        for _ in range(3):  # the branch moved (another run's commit): look again
+            if self.seen is None:
+                self.seen = resume.hub_epoch(self.cfg, wait=wait)
+            held, parent = self.seen
+            if epoch < held:
+                self.behind = True
+                raise TrainboxError(
+                    f"the Hub holds epoch {held} of run {run}, later than this volume's epoch "
+                    f"{epoch}: not uploaded over it; restart to resume from the Hub's",
+                    ExitCode.UPLOAD,
+                )
+            try:
+                info = hub.commit(target(self.cfg), operations, f"{run}: epoch {epoch}",
+                                  parent=parent, wait=wait)  # fmt: skip
+                break
+            except hub.BranchMoved:
+                self.seen = None
+        else:
+            raise hub.BranchMoved(f"{self.cfg.output_repo} kept moving under the commit")
+        # Read while the staged files still exist: for a regular (non-LFS) file the client
+        # hashes lazily, from the file.
+        for op in operations[:-1]:
+            self.ledger["files"][op.path_in_repo] = {"sha256": op.upload_info.sha256.hex(),
+                                                      "commit": info.oid}  # fmt: skip
+        self.seen = (epoch, info.oid)
         self.commits.append(time.monotonic())
-        for op in operations:
-            self.ledger["files"][op.path_in_repo] = {
-                "sha256": op.upload_info.sha256.hex(),
-                "commit": info.oid,
-            }
         self.last_error = ""
         left = len(self.pending()[1])
         self._save(pending=left, epoch=epoch, at=status.iso())
-        log.info(
-            "uploaded epoch %d: %s (commit %s)", epoch, ", ".join(sorted(pending)), info.oid[:12]
-        )
+        log.info("uploaded epoch %d: %s (commit %s)", epoch, ", ".join(sorted(pending)),
+                 info.oid[:12])  # fmt: skip
         return not left
 
     def _save(self, **state: Any) -> None:
@@ -181,15 +175,54 @@ class Uploader:
         write_atomic(ledger_path(self.cfg), json.dumps(self.ledger, indent=2) + "\n")
 
 
-def main(cfg: Config) -> int:
-    """The supervised uploader: cycles until SIGTERM, then a final flush within STOP_GRACE."""
+def main(cfg: Config, stop_file: Path | None = None) -> int:
+    """The supervised uploader: a cycle every UPLOAD_INTERVAL until SIGTERM, then the final
+    flush within what is left of STOP_GRACE since the stop signal (``stop_file`` holds when
+    ``trainbox run`` received it; absent: training ended on its own, now)."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer's interrupt is not ours
     uploader = Uploader(cfg)
-    while not stop.wait(cfg.upload_interval):
-        uploader.push(retries=2)
-    return flush(cfg, uploader)
+
+    def cycles() -> None:
+        while not stop.wait(cfg.upload_interval):
+            uploader.push()
+
+    # In a thread: a push in flight when SIGTERM comes does not eat the flush's budget.
+    threading.Thread(target=cycles, daemon=True).start()
+    stop.wait()
+    stopped_at = status.read_time(stop_file) if stop_file else None
+    return flush(cfg, uploader, stopped_at=stopped_at)
+
+
+def flush(cfg: Config, uploader: Uploader | None = None, stopped_at: float | None = None) -> int:
+    """Push what is pending until STOP_GRACE after ``stopped_at`` (default: now), less a
+    margin; OK only if the Hub then holds it all. A push still in flight at the deadline is
+    abandoned (its thread dies with the process)."""
+    uploader = uploader or Uploader(cfg)
+    deadline = time.monotonic() + (stopped_at or time.time()) - time.time()
+    deadline += cfg.stop_grace - FLUSH_MARGIN
+    log.info("final upload to %s ...", cfg.output_repo)
+    status.record(cfg.workspace, "uploading")
+    outcome: list[bool] = []
+
+    def attempts() -> None:
+        while not uploader.behind and (left := deadline - time.monotonic()) > 0:
+            if uploader.push(wait=left, final=True):
+                outcome.append(True)
+                return
+            time.sleep(min(5, max(0.0, deadline - time.monotonic())))
+
+    worker = threading.Thread(target=attempts, daemon=True)
+    worker.start()
+    worker.join(max(0.0, deadline - time.monotonic()))
+    status.record(cfg.workspace, "uploading", upload=uploader.ledger.get("state", {}))
+    if outcome:
+        log.info("final upload done: the Hub holds epoch %d", read_index(cfg.run_dir)["epoch"])
+        return ExitCode.OK
+    log.error("final upload failed (%s): %d file(s) are only on the volume",
+              uploader.last_error or "out of time", len(uploader.pending()[1]))  # fmt: skip
+    return ExitCode.UPLOAD
 
 
 def verify(cfg: Config) -> bool:
@@ -200,11 +233,9 @@ def verify(cfg: Config) -> bool:
     if not paths or any(held.get(path, {}).get("sha256") != d for path, d in paths.items()):
         return False
     try:
-        remote = {f.path: f for f in api().get_paths_info(cfg.output_repo, list(paths))}
-    except Exception as err:
-        if not hub.is_hub_failure(err):
-            raise
-        log.warning("could not verify the upload: %s", hub.status_of(err) or err)
+        remote = hub.paths_info(target(cfg), list(paths), wait=min(cfg.hub_wait, 60))
+    except TrainboxError as err:
+        log.warning("could not verify the upload: %s", err)
         return False
     for path, digest in paths.items():
         found = remote.get(path)
@@ -221,24 +252,3 @@ def verify(cfg: Config) -> bool:
 def _git_blob(path: Path) -> str:
     data = path.read_bytes()
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
-def flush(cfg: Config, uploader: Uploader | None = None) -> int:
-    """Push what is pending within STOP_GRACE; OK only if the Hub then holds it all."""
-    uploader = uploader or Uploader(cfg)
-    deadline = time.monotonic() + cfg.stop_grace - 5
-    log.info("final upload to %s ...", cfg.output_repo)
-    status.record(cfg.workspace, "uploading")
-    while time.monotonic() < deadline:
-        if uploader.push(retries=1):
-            log.info("final upload done: the Hub holds epoch %d", read_index(cfg.run_dir)["epoch"])
-            status.record(cfg.workspace, "uploading", upload=uploader.ledger.get("state", {}))
-            return ExitCode.OK
-        time.sleep(min(5, max(0.0, deadline - time.monotonic())))
-    status.record(cfg.workspace, "uploading", upload=uploader.ledger.get("state", {}))
-    log.error(
-        "final upload failed (%s): %d file(s) are only on the volume",
-        uploader.last_error or "out of time",
-        len(uploader.pending()[1]),
-    )
-    return ExitCode.UPLOAD

@@ -94,7 +94,9 @@ def refresh(cfg: Config) -> dict[str, Any]:
     training, progress_at = status.training(cfg.run_dir)
     stamps = (status.read(cfg.workspace).get("progress_at"), progress_at)
     progress_at = max(filter(None, stamps), default=None)
-    upload = status.upload(cfg.workspace, cfg.run_name) if cfg.output_repo else None
+    upload = (
+        status.upload(cfg.workspace, cfg.output_repo, cfg.run_name) if cfg.output_repo else None
+    )
     status.record(cfg.workspace, "training", training=training, upload=upload,
                   profile=status.profile(cfg.run_dir), progress_at=progress_at)  # fmt: skip
     return status.read(cfg.workspace)
@@ -105,7 +107,7 @@ def program(cfg: Config, result: Path) -> int:
     ``result`` and stop supervisord (its parent) as ``docker stop`` would."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    status.write_here(cfg.node_rank == 0)
+    status.for_node(cfg.node_rank)
     while True:
         state = refresh(cfg)
         if error := verdict(cfg, state):

@@ -29,6 +29,17 @@ def trainbox(
     )
 
 
+def client_at(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
+    """Point the real huggingface_hub client, in this process, at ``url``: what HF_ENDPOINT
+    does at import (the resolve URL template is built from it then)."""
+    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", url)
+    monkeypatch.setattr(
+        "huggingface_hub.constants.HUGGINGFACE_CO_URL_TEMPLATE",
+        url + "/{repo_id}/resolve/{revision}/{filename}",
+    )
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_DISABLE_XET", True, raising=False)
+
+
 @pytest.fixture
 def hub() -> Iterator["Hub"]:
     """A fresh test Hub on 127.0.0.1."""

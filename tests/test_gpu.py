@@ -179,21 +179,23 @@ ROOMY = preflight.System(shm=8 << 30, cpus=16, free=100 << 30)
 
 def test_small_shm_lowers_the_workers_or_stops_as_the_setting_says(tmp_path: Path) -> None:
     small = replace(ROOMY, shm=64 << 20)
-    workers, notes = preflight.workers(cfg(tmp_path, WORKERS="4"), small)
+    workers, notes = preflight.fit_workers(cfg(tmp_path, WORKERS="4"), small)
     assert workers == 0
     assert notes == [
         "/dev/shm is 64 MB: WORKERS lowered from 4 to 0 (SHM_POLICY=lower); run "
         "with --shm-size 16g (compose: shm_size) or --ipc host to load data faster"
     ]
     with pytest.raises(TrainboxError) as caught:
-        preflight.workers(cfg(tmp_path, WORKERS="4", SHM_POLICY="stop"), small)
+        preflight.fit_workers(cfg(tmp_path, WORKERS="4", SHM_POLICY="stop"), small)
     assert str(caught.value) == (
         "/dev/shm is 64 MB, too small for WORKERS=4 dataloader workers: run with --shm-size 16g "
         "(compose: shm_size) or --ipc host, or set WORKERS=0"
     )
-    assert preflight.workers(cfg(tmp_path, WORKERS="4"), ROOMY) == (4, [])
-    assert preflight.workers(cfg(tmp_path, WORKERS="0"), small) == (0, [])
-    assert "more than the 16 CPUs" in preflight.workers(cfg(tmp_path, WORKERS="32"), ROOMY)[1][0]
+    assert preflight.fit_workers(cfg(tmp_path, WORKERS="4"), ROOMY) == (4, [])
+    assert preflight.fit_workers(cfg(tmp_path, WORKERS="0"), small) == (0, [])
+    assert (
+        "more than the 16 CPUs" in preflight.fit_workers(cfg(tmp_path, WORKERS="32"), ROOMY)[1][0]
+    )
 
 
 def test_an_unwritable_volume_stops(tmp_path: Path) -> None:

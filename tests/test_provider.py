@@ -123,14 +123,13 @@ def test_a_hub_that_holds_other_bytes_is_not_verified(
     trained: tuple[Hub, Path], provider: Provider
 ) -> None:
     hub, workspace = trained
-    files = hub.repos["models/org/weights"].files
-    kept = files["run/last.pt"]
-    files["run/last.pt"] = b"not the checkpoint"
+    kept = hub.repos["models/org/weights"].files["run/last.pt"]
+    hub.add("org/weights", {"run/last.pt": b"not the checkpoint"}, kind="models")
     try:
         result = run(hub, provider, workspace, ON_EXIT="stop", **RUNPOD)
     finally:
-        files["run/last.pt"] = kept
-    assert provider.requests == [] and "not verified" in result.stderr
+        hub.add("org/weights", {"run/last.pt": kept}, kind="models")
+    assert provider.requests == [] and "not verified" in result.stderr, result.stderr[-3000:]
 
 
 def test_a_dry_run_logs_the_request_instead(trained: tuple[Hub, Path], provider: Provider) -> None:
@@ -146,7 +145,10 @@ def test_a_dry_run_logs_the_request_instead(trained: tuple[Hub, Path], provider:
 
 
 def test_a_failed_final_upload_sends_nothing(hub: Hub, provider: Provider, tmp_path: Path) -> None:
-    hub.faults.append(Fault("/commit/", status=500, times=999))
+    hub.faults += [  # the manifest's commit at start goes through, every later one fails
+        Fault("/commit/", times=1, methods=("POST",)),
+        Fault("/commit/", status=500, times=999),
+    ]
     result = run(hub, provider, tmp_path, ON_EXIT="stop", STOP_GRACE="8", **RUNPOD)
     assert result.returncode == ExitCode.UPLOAD, result.stderr[-3000:]
     assert provider.requests == []

@@ -90,11 +90,15 @@ def test_status_needs_only_the_standard_library(tmp_path: Path) -> None:
         [*command[:-1], str(tmp_path / "nothing")], cwd=REPO, capture_output=True, text=True
     )
     assert missing.returncode == 1 and "no status at" in missing.stderr
-    worker = subprocess.run(  # another node of a job: healthy, node 0 holds the status
-        [*command[:-1], str(tmp_path / "nothing"), "--health"], cwd=REPO, capture_output=True,
-        text=True, env={**os.environ, "NODE_RANK": "1"},
-    )  # fmt: skip
-    assert worker.returncode == 0 and "node 0 holds the run's status" in worker.stdout
+    # Another node of a job reads its own status file; the launcher's name for the rank does.
+    (tmp_path / "trainbox" / "status-node1.json").write_text(
+        json.dumps({**TRAINING, "phase": "failed"})
+    )
+    for env in ({"NODE_RANK": "1"}, {"SKYPILOT_NODE_RANK": "1"}):
+        worker = subprocess.run([*command, "--health"], cwd=REPO, capture_output=True,
+                                text=True, env={**os.environ, **env})  # fmt: skip
+        assert (worker.returncode, worker.stdout.split(":")[0]) == (1, "unhealthy"), env
+        assert "failed" in worker.stdout
 
 
 def test_the_staging_meter_records_bytes_rate_and_eta_only_in_a_container_run(

@@ -3,11 +3,14 @@
 
 import hashlib
 import json
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from entrypoint import config, publish, upload
+from tests.conftest import client_at
 from tests.hub import GOOD_TOKEN, READ_TOKEN, Fault, Hub
 
 
@@ -23,8 +26,7 @@ def run(tmp_path: Path) -> Path:
 @pytest.fixture
 def cfg(hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> config.Config:
     monkeypatch.setenv("HF_TOKEN", GOOD_TOKEN)
-    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", hub.url)
-    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_DISABLE_XET", True, raising=False)
+    client_at(monkeypatch, hub.url)
     return config.load({"WORKSPACE": str(tmp_path), "OUTPUT_REPO": "org/w"})
 
 
@@ -87,14 +89,20 @@ def test_a_token_that_cannot_write_stops_at_start(
     monkeypatch.setenv("HF_TOKEN", token)
     with pytest.raises(upload.TrainboxError) as caught:
         upload.prepare(cfg, {"run": "run"})
-    assert str(caught.value).startswith(f"HF_TOKEN cannot write OUTPUT_REPO=org/w ({status})")
-    assert token not in str(caught.value)
+    message = str(caught.value)
+    assert message.startswith(f"the Hub refused HF_TOKEN for OUTPUT_REPO=org/w ({status})")
+    assert caught.value.code == upload.ExitCode.UPLOAD and token not in message
+    assert "run/manifest.json" not in hub.repos["models/org/w"].files
 
 
-def test_an_unreachable_hub_does_not_hold_training_back(cfg, monkeypatch) -> None:
-    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", "http://127.0.0.1:9")
-    monkeypatch.setattr("entrypoint.hub.time.sleep", lambda _: None)
-    upload.prepare(cfg, {"run": "run"})  # warns, does not raise
+def test_an_unreachable_hub_at_start_ends_the_run_after_hub_wait(cfg, monkeypatch) -> None:
+    client_at(monkeypatch, "http://127.0.0.1:9")  # nothing listens there: connection refused
+    started = time.monotonic()
+    with pytest.raises(upload.TrainboxError) as caught:
+        upload.prepare(replace(cfg, hub_wait=3), {"run": "run"})
+    assert caught.value.code == upload.ExitCode.HUB
+    assert str(caught.value).startswith("cannot ask the Hub for OUTPUT_REPO=org/w")
+    assert 2 <= time.monotonic() - started < 10  # waited (1 s, 2 s backoff), then gave up
 
 
 def test_a_failed_final_upload_says_so_and_a_later_flush_completes_it(

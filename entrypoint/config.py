@@ -317,7 +317,9 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 def load(environ: Mapping[str, str] | None = None) -> Config:
     """Build the run's config from the YAML file and the environment, checked."""
     environ = os.environ if environ is None else environ
-    environ = {**launchers.aliased(environ), **environ}
+    # trainbox's own names win; an empty one counts as unset, so a launcher's name applies.
+    aliased = launchers.aliased(environ)
+    environ = {**environ, **{k: v for k, v in aliased.items() if not environ.get(k, "").strip()}}
     file_name = environ.get("TRAINBOX_CONFIG", "").strip()
     from_file = _read_yaml(Path(file_name)) if file_name else {}
     from_env = _parse_layer(

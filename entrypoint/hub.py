@@ -28,7 +28,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -52,7 +52,7 @@ log = logging.getLogger("trainbox")
 
 CHUNK = 1 << 20
 WAIT = 300  # seconds a step waits for an unreachable Hub, unless HUB_WAIT says otherwise
-TIMEOUT = httpx2.Timeout(120, connect=10)  # a hung Hub fails an attempt instead of the run
+TIMEOUT = 120  # seconds a request waits for a byte: a hung Hub fails an attempt, not the run
 ABSENT, REFUSED, UNREACHABLE = "absent", "refused", "unreachable"
 T = TypeVar("T")
 listeners: list[Callable[[str], None]] = []  # told of every wait (the job: the status file)
@@ -61,7 +61,7 @@ listeners: list[Callable[[str], None]] = []  # told of every wait (the job: the 
 def _client() -> httpx2.Client:
     """huggingface_hub's own client, with timeouts."""
     client = default_client_factory()
-    client.timeout = TIMEOUT
+    client.timeout = httpx2.Timeout(TIMEOUT, connect=10)
     return client
 
 
@@ -287,9 +287,8 @@ def read(target: Target, *, wait: float = WAIT) -> tuple[bytes, str] | None:
                   wait=wait)  # fmt: skip
     if remote is None:
         return None
-    pinned = RemoteFile(**{**remote.__dict__, "url": hf_hub_url(
-        target.repo, target.name, repo_type=target.repo_type, revision=remote.commit)})  # fmt: skip
-    return b"".join(stream(pinned, wait=wait)), remote.commit
+    url = hf_hub_url(target.repo, target.name, repo_type=target.repo_type, revision=remote.commit)
+    return b"".join(stream(replace(remote, url=url), wait=wait, target=target)), remote.commit
 
 
 def download(target: Target, path: Path, *, wait: float = WAIT) -> str | None:
@@ -301,7 +300,7 @@ def download(target: Target, path: Path, *, wait: float = WAIT) -> str | None:
         return None
     part = path.with_name(f".{path.name}.part")
     with open(part, "wb") as out:
-        for chunk in stream(remote, wait=wait):
+        for chunk in stream(remote, wait=wait, target=target):
             out.write(chunk)
     os.replace(part, path)
     return remote.commit
@@ -312,13 +311,15 @@ def _open(url: str, offset: int) -> http.client.HTTPResponse:
     for key, value in build_hf_headers(token=token(), library_name="trainbox").items():
         # Unredirected: the token never follows a redirect to a CDN.
         request.add_unredirected_header(key, value)
-    return urllib.request.urlopen(request, timeout=60)
+    return urllib.request.urlopen(request, timeout=TIMEOUT)
 
 
-def stream(remote: RemoteFile, offset: int = 0, *, wait: float = WAIT) -> Iterator[bytes]:
+def stream(
+    remote: RemoteFile, offset: int = 0, *, wait: float = WAIT, target: Target | None = None
+) -> Iterator[bytes]:
     """The file's bytes from ``offset``, resuming where a dropped connection stopped; it gives
-    up when no byte arrived for ``wait`` seconds."""
-    target = Target("DATASET_REPO", remote.repo, remote.name, remote.revision)
+    up when no byte arrived for ``wait`` seconds. ``target``: a dataset file by default."""
+    target = target or Target("DATASET_REPO", remote.repo, remote.name, remote.revision)
     progress_at = time.monotonic()
     while offset < remote.size:
 

@@ -58,7 +58,7 @@ def _run(cfg: Config) -> int:
                  cfg.master_port)  # fmt: skip
     limits = {"max_runtime": cfg.max_runtime, "stall_timeout": cfg.stall_timeout}
     status.record(cfg.workspace, "preflight", fresh=True, run=cfg.run_name, limits=limits)
-    hub.listeners.append(lambda waiting: status.note(cfg.workspace, waiting=waiting))
+    hub.listeners[:] = [lambda waiting: status.note(cfg.workspace, waiting=waiting)]
     try:
         code = _steps(cfg)
     except TrainboxError as err:

@@ -104,11 +104,18 @@ class Publisher:
     on the main process only.
     """
 
+    def __init__(self) -> None:
+        self.epoch = 0  # the last epoch finished in this process
+
     def on_train_epoch_end(self, event: Any) -> None:
+        self.epoch = event.epoch
         publish(Path(event.save_dir), event.epoch)
 
     def on_train_end(self, event: Any) -> None:
-        publish(Path(event.save_dir), event.completed_epochs)
+        """The run's last epoch: libreyolo's ``completed_epochs`` counts only this session's
+        epochs (``len(trainer.epoch_events)``), which after a resume is fewer."""
+        run_dir = Path(event.save_dir)
+        publish(run_dir, max(self.epoch, read_index(run_dir)["epoch"]))
 
     def on_train_exception(self, event: Any) -> None:
         """A failure publishes its train.log (the traceback); a stop (SIGINT) is no failure."""

@@ -11,6 +11,7 @@ import json
 import logging
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -75,10 +76,16 @@ def _on_hub(cfg: Config, name: str) -> hub.Target:
 
 def hub_epoch(cfg: Config, *, wait: float) -> tuple[int, str | None]:
     """(the epoch of the run's last snapshot on the Hub, the commit it was read at); (0, None)
-    when the Hub holds none. Raises when the Hub cannot be asked."""
+    when the Hub holds none. Raises when the Hub cannot be asked. A run uploaded without
+    ``index.json`` (trainbox before 0.2) is dated by its status.json's completed epochs."""
     found = hub.read(_on_hub(cfg, INDEX), wait=wait)
     if found is None:
-        return 0, None
+        found = hub.read(_on_hub(cfg, "status.json"), wait=wait)
+        return (
+            (int(json.loads(found[0]).get("completed_epochs") or 0), found[1])
+            if found
+            else (0, None)
+        )
     data, commit = found
     return int(json.loads(data).get("epoch", 0)), commit
 
@@ -95,9 +102,9 @@ def fetch(cfg: Config) -> dict[str, Any] | None:
     if not cfg.output_repo:
         return None
     found = hub.read(_on_hub(cfg, "status.json"), wait=cfg.hub_wait)
-    manifest = hub.read(_on_hub(cfg, MANIFEST), wait=cfg.hub_wait)
     if found is None:
-        return json.loads(manifest[0]) if manifest else None  # started, no epoch yet
+        return None  # no epoch on the Hub: a new run (its manifest may be there, from its start)
+    manifest = hub.read(_on_hub(cfg, MANIFEST), wait=cfg.hub_wait)
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     if json.loads(found[0]).get("state") == "completed":
         write_atomic(cfg.run_dir / "status.json", found[0])
@@ -117,7 +124,7 @@ def _take(cfg: Config, commit: str | None, held: int, here: int) -> None:
     """Bring the Hub's last.pt (of ``commit``) into weights/, checked; the older snapshot
     published on this volume goes, so that it is never uploaded over the Hub's."""
     with tempfile.TemporaryDirectory(dir=cfg.workspace) as scratch:
-        target = hub.Target(**{**_on_hub(cfg, "last.pt").__dict__, "revision": commit or "main"})
+        target = replace(_on_hub(cfg, "last.pt"), revision=commit or "main")
         downloaded = Path(scratch) / "last.pt"
         if hub.download(target, downloaded, wait=cfg.hub_wait) is None:
             return  # the snapshot lists no last.pt: nothing to take

@@ -68,8 +68,9 @@ Where it still simplifies:
 - Revisions: only ``main`` and full 40-hex commit shas; no other branches, tags, short shas or
   pull requests. Commits go to ``main`` only. A commit id is the sha1 of the parent and the
   changes, not of a git commit object. No 128-commits-per-hour limit, no xet.
-- ``drop_after`` and ``stall_after`` act on resolve GET bodies only; on other routes a fault
-  with only those is counted (``times``) and does nothing else.
+- ``drop_after`` acts on resolve GET bodies and on LFS upload PUTs (the connection is cut
+  after that many bytes of the upload, with no answer); ``stall_after`` on GET bodies only. On
+  other routes a fault with only those is counted (``times``) and does nothing else.
 """
 
 import base64
@@ -79,6 +80,7 @@ import fnmatch
 import hashlib
 import json
 import re
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -486,6 +488,12 @@ class Hub:
                 ):
                     self._lfs_batch(json.loads(self._body()))
                 elif match := re.match(r"^/upload/([0-9a-f]{64})$", path):
+                    if fault and fault.drop_after is not None:  # the uplink breaks mid-upload
+                        size = int(self.headers.get("Content-Length", 0))
+                        self.rfile.read(min(fault.drop_after, size))
+                        self.close_connection = True
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        return
                     body = self._body()
                     if hashlib.sha256(body).hexdigest() == match.group(1):
                         hub.uploads[match.group(1)] = body

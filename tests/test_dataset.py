@@ -266,3 +266,26 @@ def test_pack_stage_doctor_train_round_trip_on_the_host(
     )
     assert (run / "weights" / "best.pt").stat().st_size > 1_000_000
     assert len(hub.downloads("shapes.tar")) == 1
+
+
+def test_a_stalled_staging_on_another_node_ends_that_node_by_its_own_watchdog(
+    hub: Hub, source: Path, packed: bytes, tmp_path: Path
+) -> None:
+    """Node 1 of a two-machine job keeps its own status and watchdogs (it used to bill
+    forever): its stuck download ends with exit 9, and its health check says why."""
+    hub.faults.append(Fault("shapes.tar", stall_after=len(packed) // 2, times=99, methods=("GET",)))
+    workspace = tmp_path / "node1"
+    settings = {"DEVICE": "cpu", "SKYPILOT_NUM_NODES": "2", "SKYPILOT_NODE_RANK": "1",
+                "OUTPUT_REPO": "org/weights", "HF_TOKEN": GOOD_TOKEN, "STALL_TIMEOUT": "6",
+                "NODE_RANK": "", "NNODES": ""}  # fmt: skip
+    started = time.monotonic()
+    result = trainbox("run", env=env_for(hub, workspace, **settings), timeout=120)
+    assert result.returncode == ExitCode.STALLED, result.stderr[-3000:]
+    assert time.monotonic() - started < 60
+    own = json.loads((workspace / "trainbox" / "status-node1.json").read_text())
+    assert (own["phase"], own["exit_code"]) == ("failed", ExitCode.STALLED)
+    assert "during staging" in own["reason"]
+    assert not (workspace / "trainbox" / "status.json").exists()  # node 0's is not touched
+    health = trainbox("status", "--health", "--workspace", str(workspace),
+                      env={"SKYPILOT_NODE_RANK": "1", "NODE_RANK": ""})  # fmt: skip
+    assert health.returncode == 1 and "unhealthy: failed: no progress" in health.stdout

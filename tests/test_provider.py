@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -171,3 +172,34 @@ def test_on_exit_that_cannot_act_stops_at_start(
     [error] = [m for m in result.stderr.splitlines() if m.startswith("[trainbox] error:")]
     assert line in error
     assert not (tmp_path / "runs").exists()  # nothing trained
+
+
+def test_after_a_failed_run_destroy_only_stops_and_train_log_is_published(
+    provider: Provider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from entrypoint import config, publish
+    from entrypoint import provider as guard
+
+    for key, value in VAST.items():
+        monkeypatch.setenv(key, value)
+    cfg = config.load({"ON_EXIT": "destroy", "OUTPUT_REPO": "org/w", "VAST_API_URL": provider.url,
+                       "WORKSPACE": str(tmp_path)})  # fmt: skip
+    guard.on_exit(cfg, True, ExitCode.TRAINING_FAILED)
+    assert provider.requests == [
+        ("PUT", "/api/v0/instances/4242/", "Bearer vast-key-123", {"state": "stopped"})
+    ]
+    run_dir = tmp_path / "runs" / "run"
+    (run_dir / "weights").mkdir(parents=True)
+    (run_dir / "weights" / "last.pt").write_bytes(b"epoch 2")
+    publish.publish(run_dir, 2)
+    (run_dir / "weights" / "last.pt").write_bytes(b"torn by the failure")
+    (run_dir / "train.log").write_text("Traceback (most recent call last): ...\n")
+    failure = SimpleNamespace(save_dir=str(run_dir), exception=RuntimeError("CUDA error"))
+    publish.Publisher().on_train_exception(failure)
+    index = publish.read_index(run_dir)
+    assert index["epoch"] == 2 and "train.log" in index["files"]
+    assert (run_dir / "published" / "last.pt").read_bytes() == b"epoch 2"  # not the torn one
+    stopped = SimpleNamespace(save_dir=str(run_dir), exception=KeyboardInterrupt())
+    (run_dir / "train.log").write_text("interrupted\n")
+    publish.Publisher().on_train_exception(stopped)  # a stop is no failure: nothing published
+    assert (run_dir / "published" / "train.log").read_text().startswith("Traceback")

@@ -6,6 +6,7 @@ import json
 import time
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -117,3 +118,31 @@ def test_a_failed_final_upload_says_so_and_a_later_flush_completes_it(
     hub.faults.clear()
     assert upload.flush(short) == upload.ExitCode.OK
     assert hub.repos["models/org/w"].files["run/last.pt"] == b"epoch 1 weights" * 1000
+
+
+def test_a_new_output_repo_gets_every_file_the_old_one_already_had(
+    hub: Hub, cfg, run: Path
+) -> None:
+    hub.add("org/w", {}, kind="models")
+    hub.add("org/other", {}, kind="models")  # (a run's start creates its repo)
+    (run / "weights" / "best.pt").write_bytes(b"best of epoch 1")
+    publish.publish(run, 1)
+    assert upload.Uploader(cfg).push() is True
+    moved = config.load({**vars_env(cfg), "OUTPUT_REPO": "org/other"})  # same volume and run
+    uploader = upload.Uploader(moved)
+    assert uploader.pending()[1].keys() == {"last.pt", "best.pt", "status.json"}
+    assert uploader.push() is True
+    assert hub.repos["models/org/other"].files["run/best.pt"] == b"best of epoch 1"
+    assert upload.ledger_path(cfg) != upload.ledger_path(moved)
+    assert upload.Uploader(cfg).pending()[1] == {}  # the first repo's record is untouched
+
+
+def test_the_end_of_a_resumed_run_publishes_its_last_epoch_not_this_sessions_count(
+    run: Path,
+) -> None:
+    """libreyolo's end event counts this session's epochs only: 3 after resuming at epoch 2."""
+    callback = publish.Publisher()
+    for epoch in (3, 4, 5):
+        callback.on_train_epoch_end(SimpleNamespace(save_dir=str(run), epoch=epoch))
+    callback.on_train_end(SimpleNamespace(save_dir=str(run), completed_epochs=3))
+    assert publish.read_index(run)["epoch"] == 5

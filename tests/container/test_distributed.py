@@ -28,10 +28,14 @@ def test_two_containers_train_as_two_nodes_and_only_node_0_uploads(image: str, h
         assert "epoch 2/2 done" in logs[0] and "epoch 2/2 done" not in logs[1]
         final = json.loads(in_volume(image, nodes.volumes[0], "trainbox", "status", "--json"))
         assert (final["phase"], final["exit_code"]) == ("completed", 0)
-        # Node 1 writes no container status and publishes nothing: node 0 speaks for the job.
+        # Node 1 keeps its own status and publishes nothing: node 0 speaks for the job.
         listing = in_volume(image, nodes.volumes[1], "sh", "-c", "ls -A /workspace/trainbox; "
                             "ls -A /workspace/runs/run/published 2>/dev/null; true")  # fmt: skip
-        assert "status.json" not in listing and "last.pt" not in listing
+        assert "status.json" not in listing.split() and "last.pt" not in listing
+        own = json.loads(
+            in_volume(image, nodes.volumes[1], "cat", "/workspace/trainbox/status-node1.json")
+        )
+        assert (own["phase"], own["exit_code"]) == ("completed", 0)
         assert set(hub.repos["models/org/weights"].files) >= {"run/last.pt", "run/best.pt"}
     finally:
         nodes.remove()

@@ -48,7 +48,9 @@ def test_every_epoch_is_uploaded_and_the_hub_matches_the_volume(
         name for name in logs(result).splitlines() if "uploaded epoch" in name and "last.pt" in name
     ]
     assert len(uploads_of_last) >= 3  # after (nearly) every epoch, not only at the end
-    ledger = json.loads(in_volume(image, volume, "cat", "/workspace/trainbox/ledger-run.json"))
+    ledger = json.loads(
+        in_volume(image, volume, "cat", "/workspace/trainbox/ledger-org--weights--run.json")
+    )
     index = json.loads(in_volume(image, volume, "cat", "/workspace/runs/run/published/index.json"))
     assert index["epoch"] == 4
     for name, digest in index["files"].items():

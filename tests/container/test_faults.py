@@ -1,0 +1,161 @@
+"""Never lose a run, on any fault, in real containers: a Hub that is down while a new volume
+resumes, an older volume against newer weights on the Hub, a Hub that hangs on the final
+commit, a stop during staging, and two containers on one volume."""
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from entrypoint.errors import ExitCode
+from tests.container.conftest import docker, in_volume, run_container
+from tests.container.test_status import TRAIN, Container, hub_env, shapes_on_the_hub
+from tests.hub import Fault, Hub
+
+pytestmark = pytest.mark.container
+
+REPO = "org/weights"
+
+
+def env_for(hub: Hub, **extra: str) -> dict[str, str]:
+    return {**TRAIN, **hub_env(hub), "OUTPUT_REPO": REPO, "MONITOR": "false", **extra}
+
+
+def logs(result) -> str:
+    return result.stdout + result.stderr
+
+
+def until(done: Callable[[], bool], box: Container, seconds: float = 300) -> None:
+    """Wait for ``done``; past ``seconds``, fail with the container's log."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < deadline, box.logs()[-3000:]
+        time.sleep(0.5)
+
+
+def phase(box: Container) -> str | None:
+    return json.loads(box.status("--json").stdout or "{}").get("phase")
+
+
+def stop(box: Container, timeout: int) -> tuple[float, int, str]:
+    """``docker stop -t timeout``: (seconds it took, exit code, log)."""
+    stopping = time.monotonic()
+    docker("stop", "-t", str(timeout), box.name, timeout=timeout + 60)
+    took = time.monotonic() - stopping
+    return took, box.inspect()[2], box.logs()
+
+
+@contextmanager
+def detached(image: str, volume: str, env: dict[str, str]) -> Iterator[Container]:
+    """A detached container, removed however the test ends."""
+    box = Container(image, volume, env)
+    try:
+        yield box
+    finally:
+        box.remove()
+
+
+def hub_epochs(hub: Hub) -> list[int]:
+    """The epoch of ``run/last.pt`` at each commit that changed it, by the index beside it."""
+    repo = hub.repos[f"models/{REPO}"]
+    found, before = [], None
+    for commit in repo.commits:
+        files = repo.snapshots[commit].files
+        if files.get("run/last.pt") not in (None, before):
+            found.append(json.loads(files["run/index.json"])["epoch"])
+        before = files.get("run/last.pt")
+    return found
+
+
+def test_a_hub_down_while_a_new_volume_resumes_trains_nothing_and_commits_nothing(
+    image: str, volume: str, hub: Hub
+) -> None:
+    hub.add(REPO, {"run/status.json": b'{"state": "running"}\n',
+                   "run/index.json": b'{"epoch": 2, "files": {}}\n',
+                   "run/last.pt": b"weights of epoch 2"}, kind="models")  # fmt: skip
+    commits = list(hub.repos[f"models/{REPO}"].commits)
+    hub.faults.append(Fault("/resolve/", status=503, seconds=600))
+    started = time.monotonic()
+    result = run_container(image, volume, env=env_for(hub, EPOCHS="5", HUB_WAIT="8"))
+    assert result.returncode == ExitCode.HUB, logs(result)[-3000:]
+    assert time.monotonic() - started < 8 + 60
+    [line] = [m for m in result.stderr.splitlines() if m.startswith("[trainbox] error:")]
+    assert f"cannot ask the Hub for OUTPUT_REPO={REPO}" in line and "HF_TOKEN" not in line
+    assert hub.repos[f"models/{REPO}"].commits == commits  # nothing committed
+    state = json.loads(in_volume(image, volume, "trainbox", "status", "--json"))
+    assert (state["phase"], state["exit_code"]) == ("failed", ExitCode.HUB)
+    assert [phase for phase, _ in state["phases"]][-2:] == ["resuming", "failed"]
+    assert "HUB_WAIT" in state["reason"]
+    assert in_volume(image, volume, "sh", "-c", "ls -A /workspace/runs; true").split() == []
+
+
+def test_an_older_volume_resumes_from_the_hubs_later_epoch(
+    image: str, volume: str, hub: Hub
+) -> None:
+    first = run_container(image, volume, env=env_for(hub, EPOCHS="2", SAVE_PERIOD="1"))
+    assert first.returncode == 0, logs(first)[-3000:]
+    # The Hub's run stopped at epoch 2 ("running"); this volume goes back to its epoch 1,
+    # as one reattached after another machine trained further would be.
+    hub.add(REPO, {"run/status.json": b'{"state": "running"}\n'}, kind="models")
+    older = ("import json, pathlib, shutil; run = pathlib.Path('/workspace/runs/run');"
+             "shutil.copyfile(run / 'weights/epoch_1.pt', run / 'weights/last.pt');"
+             "shutil.rmtree(run / 'published');"
+             "(run / 'status.json').write_text(json.dumps({'state': 'running'}))")  # fmt: skip
+    in_volume(image, volume, "python", "-c", older)
+    again = run_container(image, volume, env=env_for(hub, EPOCHS="3"))
+    assert again.returncode == 0, logs(again)[-4000:]
+    assert f"resuming run run from the last.pt on {REPO} (epoch 2; this volume had 1)" in (
+        logs(again)
+    )
+    assert "epoch 3/3 done" in logs(again) and "epoch 2/3 done" not in logs(again)
+    epochs = hub_epochs(hub)
+    assert epochs == sorted(epochs) and epochs[-1] == 3, epochs
+
+
+def test_a_hub_hanging_on_the_final_commit_ends_within_stop_grace(
+    image: str, volume: str, hub: Hub
+) -> None:
+    with detached(image, volume, env_for(hub, EPOCHS="50", STOP_GRACE="20")) as box:
+        until(lambda: "uploaded epoch 1" in box.logs(), box)
+        hub.faults.append(Fault("/commit/", hang=600, seconds=600))
+        until(lambda: "epoch 2/50 done" in box.logs(), box)  # published; its commit hangs
+        took, code, log = stop(box, 120)
+    assert code == ExitCode.UPLOAD, log[-3000:]
+    assert took < 20 + 15, took
+    assert "final upload failed" in log
+    epochs = hub_epochs(hub)
+    assert epochs == sorted(epochs) and epochs[0] == 1, epochs
+
+
+def test_a_stop_during_staging_exits_130_interrupted_and_leaves_nothing(
+    image: str, volume: str, hub: Hub, tmp_path: Path
+) -> None:
+    hub.rate = len(shapes_on_the_hub(hub, tmp_path)) / 120  # staging would take 2 minutes
+    with detached(image, volume, env_for(hub, DATASET_REPO="org/shapes", DOCTOR="false")) as box:
+        until(lambda: phase(box) == "staging", box, 120)
+        time.sleep(2)  # some bytes in, no staging checkpoint yet (STAGE_CHECKPOINT is 30 s)
+        took, code, log = stop(box, 60)
+    assert code == ExitCode.INTERRUPTED, log[-3000:]
+    assert took < 10, took
+    state = json.loads(in_volume(image, volume, "trainbox", "status", "--json"))
+    assert (state["phase"], state["exit_code"]) == ("interrupted", ExitCode.INTERRUPTED)
+    assert in_volume(image, volume, "ls", "-A", "/workspace/data").split() == []
+    left = in_volume(image, volume, "sh", "-c", "ls -A /workspace /workspace/runs/run 2>&1")
+    assert "tmp" not in left and "weights" not in left, left
+
+
+def test_a_second_container_on_the_same_volume_is_refused(image: str, volume: str) -> None:
+    with detached(image, volume, {**TRAIN, "EPOCHS": "50", "MONITOR": "false"}) as box:
+        until(lambda: phase(box) == "training", box, 120)
+        before = box.status("--json").stdout
+        second = run_container(image, volume, env={**TRAIN, "EPOCHS": "1"})
+        after = json.loads(box.status("--json").stdout)
+        running, _, _ = box.inspect()
+    assert second.returncode == ExitCode.VOLUME_IN_USE, logs(second)[-3000:]
+    [line] = [m for m in second.stderr.splitlines() if m.startswith("[trainbox] error:")]
+    assert "/workspace is in use by another trainbox container (host " in line
+    assert running and after["started_at"] == json.loads(before)["started_at"]
+    assert after["phases"] == json.loads(before)["phases"]  # its status was not touched

@@ -1,0 +1,208 @@
+"""Weights on the Hub never go backwards: the fault matrix (every step that talks to the Hub,
+against every kind of Hub failure), and volumes older or newer than the Hub.
+
+Each step runs in this process through the real huggingface_hub client against the test Hub,
+with ``HUB_WAIT=3`` and a 1 s request timeout. A fault that outlasts the wait ends the step
+with its documented exit code (or, for an upload cycle, leaves the push to the next cycle);
+a brief one is waited out and the step goes on. Whatever happens, the epoch inside the Hub's
+``last.pt`` never decreases from one commit to the next. The README's fault table says the same.
+"""
+
+import hashlib
+import io
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import huggingface_hub
+import pytest
+import torch
+
+from entrypoint import archive, config, dataset, publish, resume, upload
+from entrypoint import hub as gateway
+from entrypoint.errors import ExitCode, TrainboxError
+from tests.conftest import client_at
+from tests.hub import GOOD_TOKEN, Fault, Hub
+
+HUB_EPOCH = 3  # the run on the Hub; this volume has published epoch 4 (or nothing)
+LONG, BRIEF = 60.0, 1.5  # seconds a fault lasts: past HUB_WAIT (3 s), or within it
+
+
+def checkpoint(epochs: int) -> bytes:
+    """A libreyolo-like checkpoint: ``epoch`` is the last one trained, 0-based."""
+    buffer = io.BytesIO()
+    torch.save({"epoch": epochs - 1, "model": {"w": torch.zeros(4)}}, buffer)
+    return buffer.getvalue()
+
+
+def hub_epochs(server: Hub) -> list[int]:
+    """The epoch inside ``run/last.pt`` at every commit of the weights repo that changed it."""
+    repo = server.repos["models/org/w"]
+    found, before = [], None
+    for commit in repo.commits:
+        data = repo.snapshots[commit].files.get("run/last.pt")
+        if data is not None and data != before:
+            found.append(int(torch.load(io.BytesIO(data), weights_only=False)["epoch"]) + 1)
+        before = data
+    return found
+
+
+@pytest.fixture
+def cfg(hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[config.Config]:
+    monkeypatch.setenv("HF_TOKEN", GOOD_TOKEN)
+    client_at(monkeypatch, hub.url)
+    monkeypatch.setattr(gateway, "TIMEOUT", 1)
+    huggingface_hub.close_session()  # the next client takes the 1 s timeout
+    last = checkpoint(HUB_EPOCH)
+    index = {"epoch": HUB_EPOCH, "files": {"last.pt": hashlib.sha256(last).hexdigest()}}
+    hub.add("org/w", {
+        "run/status.json": b'{"state": "running", "completed_epochs": 3}\n',
+        "run/index.json": json.dumps(index).encode(), "run/last.pt": last,
+        "run/manifest.json": b'{"run": "run", "dataset": {"data": "the built-in demo"}}\n',
+    }, kind="models")  # fmt: skip
+    source = tmp_path / "shapes"
+    source.mkdir()
+    (source / "data.yaml").write_text("names: {0: a}\n")
+    (source / "a.txt").write_bytes(b"x" * 300_000)
+    archive.pack(source, tmp_path / "shapes.tar")
+    hub.add("org/shapes", {"shapes.tar": (tmp_path / "shapes.tar").read_bytes()})
+    yield config.load({
+        "WORKSPACE": str(tmp_path / "ws"), "OUTPUT_REPO": "org/w", "HUB_WAIT": "3",
+        "DATASET_REPO": "org/shapes", "DOCTOR": "false", "UPLOAD_INTERVAL": "3",
+        "STOP_GRACE": "15",
+    })  # fmt: skip
+    huggingface_hub.close_session()
+
+
+def published(cfg: config.Config, epochs: int) -> None:
+    """This volume's run, trained and published up to ``epochs``."""
+    (cfg.run_dir / "weights").mkdir(parents=True, exist_ok=True)
+    (cfg.run_dir / "weights" / "last.pt").write_bytes(checkpoint(epochs))
+    (cfg.run_dir / "status.json").write_text('{"state": "running"}\n')
+    publish.publish(cfg.run_dir, epochs)
+
+
+def outcome(step: Callable[[], object]) -> object:
+    try:
+        return step()
+    except TrainboxError as err:
+        return err.code
+
+
+def _resume(cfg: config.Config) -> object:
+    resume.fetch(cfg)
+    return resume.local_epoch(cfg)  # HUB_EPOCH once the Hub's last.pt is taken
+
+
+def _write_check(cfg: config.Config) -> object:
+    upload.prepare(cfg, {"run": "run"})
+    return "written"
+
+
+def _staging(cfg: config.Config) -> object:
+    return dataset.stage(cfg).name
+
+
+def _cycle(cfg: config.Config) -> object:
+    published(cfg, 4)
+    return upload.Uploader(cfg).push()
+
+
+def _flush(cfg: config.Config) -> object:
+    published(cfg, 4)
+    return upload.flush(cfg)
+
+
+def _verify(cfg: config.Config) -> object:
+    published(cfg, 4)
+    assert upload.Uploader(cfg).push()  # before the fault: the Hub holds the volume's files
+    return "armed"
+
+
+STEPS = {  # step: (the route its fault hits, the run, what it gives when it goes on, when not)
+    "resume": ("/resolve/", _resume, HUB_EPOCH, ExitCode.HUB),
+    "write check": ("/api/repos/create", _write_check, "written", ExitCode.HUB),
+    "staging": ("shapes.tar", _staging, "data.yaml", ExitCode.HUB),
+    "upload cycle": ("/commit/", _cycle, True, False),  # the next cycle pushes it
+    "final flush": ("/commit/", _flush, ExitCode.OK, ExitCode.UPLOAD),
+    "ON_EXIT verification": ("/paths-info/", _verify, True, False),  # False: ON_EXIT does nothing
+}
+FAULTS = ("5xx", "429", "refused", "hang")
+
+
+def inject(server: Hub, kind: str, route: str, seconds: float) -> None:
+    if kind == "refused":
+        huggingface_hub.close_session()  # a pooled connection would outlive the listener
+        server.refuse(seconds)
+        return
+    fault = {"5xx": {"status": 503}, "429": {"status": 429}, "hang": {"hang": 30.0}}[kind]
+    server.faults.append(Fault(route, seconds=seconds, **fault))
+
+
+CASES = [(step, kind, LONG) for step in STEPS for kind in FAULTS]
+CASES += [(step, "5xx", BRIEF) for step in STEPS]
+
+
+@pytest.mark.parametrize(
+    ("step", "kind", "seconds"),
+    CASES,
+    ids=[f"{step}-{kind}-{'outlasts' if s == LONG else 'brief'}" for step, kind, s in CASES],
+)
+def test_a_hub_fault_is_waited_out_or_ends_the_step_and_weights_never_go_back(
+    hub: Hub, cfg: config.Config, step: str, kind: str, seconds: float
+) -> None:
+    route, run, went_on, ended = STEPS[step]
+    if step == "ON_EXIT verification":
+        run(cfg)
+        run = lambda _cfg: upload.verify(_cfg)  # noqa: E731
+    commits = len(hub.repos["models/org/w"].commits)
+    inject(hub, kind, route, seconds)
+    result = outcome(lambda: run(cfg))
+    assert result == (went_on if seconds == BRIEF else ended), (step, kind)
+    epochs = hub_epochs(hub)
+    assert epochs == sorted(epochs) and epochs[-1] >= HUB_EPOCH, epochs
+    if step in ("resume", "write check", "staging") and seconds == LONG:
+        assert len(hub.repos["models/org/w"].commits) == commits  # nothing committed
+        assert not (cfg.run_dir / "weights").exists()  # nothing to train from
+
+
+def test_an_older_volume_takes_the_hubs_later_last_pt_and_a_later_one_keeps_its_own(
+    hub: Hub, cfg: config.Config
+) -> None:
+    published(cfg, 2)  # a volume reattached after another machine trained to epoch 3
+    resume.fetch(cfg)
+    assert resume.local_epoch(cfg) == HUB_EPOCH
+    assert not (cfg.run_dir / "published").exists()  # its epoch-2 snapshot can never be pushed
+    published(cfg, 5)  # this volume went further than the Hub (its upload failed, say)
+    resume.fetch(cfg)
+    assert resume.local_epoch(cfg) == 5
+
+
+def test_the_uploader_never_commits_an_epoch_older_than_the_hubs(
+    hub: Hub, cfg: config.Config
+) -> None:
+    published(cfg, 2)
+    commits = len(hub.repos["models/org/w"].commits)
+    uploader = upload.Uploader(cfg)
+    assert uploader.push() is False and uploader.behind
+    assert "the Hub holds epoch 3 of run run, later than this volume's epoch 2" in (
+        uploader.last_error
+    )
+    assert upload.flush(cfg, uploader) == ExitCode.UPLOAD  # at once, not after STOP_GRACE
+    assert len(hub.repos["models/org/w"].commits) == commits
+    assert hub_epochs(hub) == [HUB_EPOCH]
+
+
+def test_a_commit_on_a_moved_branch_looks_again(hub: Hub, cfg: config.Config) -> None:
+    published(cfg, 4)
+    uploader = upload.Uploader(cfg)
+    uploader.seen = resume.hub_epoch(cfg, wait=3)  # what it read; then the branch moves:
+    hub.add("org/w", {"other-run/status.json": b"{}\n"}, kind="models")  # another run's commit
+    assert uploader.push() is True  # refused on the old parent (412), read again, committed
+    assert len(hub.downloads("run/index.json")) == 2
+    assert hub_epochs(hub) == [HUB_EPOCH, 4]
+    published(cfg, 5)
+    hub.add("org/w", {"run/last.pt": checkpoint(6), "run/index.json": b'{"epoch": 6}'},
+            kind="models")  # another machine pushed epoch 6 of this very run meanwhile  # fmt: skip
+    assert uploader.push() is False and uploader.behind
+    assert hub_epochs(hub) == [HUB_EPOCH, 4, 6]

@@ -22,8 +22,14 @@ from .errors import ExitCode, TrainboxError
 def volume(workspace: Path, node_rank: int) -> Iterator[None]:
     """Hold the volume for this container, or raise the one line that says who holds it."""
     path = workspace / "trainbox" / f"lock-node{node_rank}"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:  # the preflight's words: this is the first write to the volume
+        raise TrainboxError(
+            f"{workspace} is not writable ({err.strerror}): mount a writable volume there",
+            ExitCode.PREFLIGHT,
+        ) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -164,9 +164,14 @@ def profile(run_dir: Path) -> dict[str, Any] | None:
             "dataload_frac": real.get("dataload_frac")}  # fmt: skip
 
 
+def read_ledger(workspace: Path, repo: str, run: str) -> dict[str, Any]:
+    """The uploader's ledger: ``files`` ({path: {sha256, commit}}) and ``state``."""
+    return {"repo": repo, "files": {}, **_json(ledger_path(workspace, repo, run))}
+
+
 def upload(workspace: Path, repo: str, run: str) -> dict[str, Any]:
     """The upload state the uploader keeps in its ledger."""
-    return _json(ledger_path(workspace, repo, run)).get("state", {})
+    return read_ledger(workspace, repo, run).get("state", {})
 
 
 def health(status: dict[str, Any], now: float | None = None) -> str | None:

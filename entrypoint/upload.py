@@ -51,10 +51,7 @@ def ledger_path(cfg: Config) -> Path:
 
 
 def read_ledger(cfg: Config) -> dict[str, Any]:
-    try:
-        return json.loads(ledger_path(cfg).read_text())
-    except (OSError, ValueError):
-        return {"repo": cfg.output_repo, "files": {}}
+    return status.read_ledger(cfg.workspace, cfg.output_repo, cfg.run_name)
 
 
 def prepare(cfg: Config, manifest: dict[str, Any]) -> None:

@@ -198,7 +198,9 @@ class Config:
         False, _bool, "log the request ON_EXIT would send instead of sending it"
     )
     vast_api_url: str = setting("https://console.vast.ai", _text, "vast.ai's API, for ON_EXIT")
-    runpod_api_url: str = setting("https://rest.runpod.io/v1", _text, "RunPod's API, for ON_EXIT")
+    runpod_api_url: str = setting(
+        "https://api.runpod.io", _text, "RunPod's API (REST v2 under `/v2`), for ON_EXIT"
+    )
     profile_steps: int = setting(
         0,
         _int_at_least(0),

@@ -4,8 +4,13 @@ the provider to stop or destroy this very instance. An idle GPU bills like a bus
 vast.ai sets ``CONTAINER_ID`` and ``CONTAINER_API_KEY`` (a per-instance key) in every
 instance; its CLI stops with ``PUT /api/v0/instances/ID/ {"state": "stopped"}`` and destroys
 with ``DELETE`` on the same URL. RunPod sets ``RUNPOD_POD_ID`` and ``RUNPOD_API_KEY`` (a
-pod-scoped key); its REST API stops with ``POST /pods/ID/stop`` and terminates with
-``DELETE /pods/ID``. Both take ``Authorization: Bearer KEY``. The key is never logged.
+pod-scoped key; docs.runpod.io, pods/templates/environment-variables). Its REST API v2
+stops with ``POST /v2/pods/ID/action {"action": "stop"}`` (200) and terminates with
+``DELETE /v2/pods/ID`` (204): runpod/docs api-reference-v2/openapi.json at 098c7fb0, read
+2026-11-30 and vendored in tests/providers. v1 (``rest.runpod.io/v1``) is retired: RunPod's
+migration guide (api-reference-v2/migrate-from-v1, runpod/docs df512e53) gives November 15,
+2026, earlier copies December 1. Both providers take ``Authorization: Bearer KEY``; the key
+is never logged.
 """
 
 import json
@@ -29,6 +34,7 @@ class Request:
     url: str
     body: dict | None
     key: str
+    done: tuple[int, ...] = ()  # error statuses that mean "already stopped or gone"
 
     def describe(self) -> str:
         """The request without its key."""
@@ -47,9 +53,12 @@ def request(
         method, body = ("PUT", {"state": "stopped"}) if action == "stop" else ("DELETE", {})
         return Request("vast.ai", method, url, body, environ["CONTAINER_API_KEY"])
     if environ.get("RUNPOD_POD_ID") and environ.get("RUNPOD_API_KEY"):
-        url = f"{cfg.runpod_api_url.rstrip('/')}/pods/{environ['RUNPOD_POD_ID']}"
-        method, url = ("POST", f"{url}/stop") if action == "stop" else ("DELETE", url)
-        return Request("RunPod", method, url, None, environ["RUNPOD_API_KEY"])
+        url = f"{cfg.runpod_api_url.rstrip('/')}/v2/pods/{environ['RUNPOD_POD_ID']}"
+        key = environ["RUNPOD_API_KEY"]
+        # 409: the action does not apply to the pod's state (already stopped); 404: gone.
+        if action == "stop":
+            return Request("RunPod", "POST", f"{url}/action", {"action": "stop"}, key, (409,))
+        return Request("RunPod", "DELETE", url, None, key, (404,))
     raise TrainboxError(
         f"ON_EXIT={action}: this is neither a vast.ai instance (CONTAINER_ID, "
         "CONTAINER_API_KEY) nor a RunPod pod (RUNPOD_POD_ID, RUNPOD_API_KEY); "
@@ -111,5 +120,11 @@ def on_exit(cfg: Config, verified: bool, code: int = ExitCode.OK) -> None:
     log.info("ON_EXIT=%s: asking %s: %s", action, found.provider, found.describe())
     try:
         send(found)
+    except urllib.error.HTTPError as err:
+        if err.code not in found.done:
+            log.error("ON_EXIT=%s failed (HTTP %d): stop this machine yourself", action, err.code)
+            return
+        log.info("ON_EXIT=%s: %s answered %d: already stopped or gone", action, found.provider,
+                 err.code)  # fmt: skip
     except (urllib.error.URLError, OSError) as err:
         log.error("ON_EXIT=%s failed (%s): stop this machine yourself", action, err)

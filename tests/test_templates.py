@@ -8,6 +8,7 @@ import re
 import shlex
 import warnings
 
+import jsonschema
 import pytest
 import yaml
 
@@ -39,16 +40,23 @@ def test_vastai_template_matches_the_documented_schema_and_starts_trainbox() -> 
     assert isinstance(spec["recommended_disk_space"], int)
 
 
-def test_runpod_template_matches_the_documented_schema() -> None:
-    """REST POST /v1/templates, TemplateCreateInput (rest.runpod.io openapi.json)."""
+def test_runpod_template_is_a_valid_v2_create_template_request() -> None:
+    """REST v2 ``POST /v2/templates``, checked against ``CreateTemplateRequest`` in RunPod's own
+    OpenAPI document (runpod/docs api-reference-v2/openapi.json, vendored in tests/providers;
+    read 2026-11-30): v1 (``imageName``, ``volumeInGb``, ``readme``...) is retired."""
     spec = json.loads((PROVIDERS / "runpod.json").read_text())
-    assert isinstance(spec["name"], str) and IMAGE.match(spec["imageName"])
-    assert spec["volumeMountPath"] == "/workspace" and spec["isServerless"] is False
-    assert all(isinstance(spec[k], int) for k in ("containerDiskInGb", "volumeInGb"))
+    openapi = json.loads((REPO / "tests" / "providers" / "runpod-openapi-v2.json").read_text())
+    schema = openapi["paths"]["/v2/templates"]["post"]["requestBody"]["content"]
+    schema = {**schema["application/json"]["schema"], "components": openapi["components"]}
+    validator = jsonschema.Draft202012Validator(schema)
+    assert not list(validator.iter_errors(spec))
+    assert list(validator.iter_errors({**spec, "imageName": spec["image"]}))  # v1's: refused
+    assert isinstance(spec["name"], str) and IMAGE.match(spec["image"])
+    assert spec["mounts"]["persistent"]["path"] == "/workspace" and spec["serverless"] is False
+    assert spec["startJupyter"] is False  # Jupyter would be a second, unauthenticated door
     assert isinstance(spec["env"], dict) and set(spec["env"]) <= KNOWN
     assert spec["env"]["HF_TOKEN"] == "{{ RUNPOD_SECRET_hf_token }}"  # a secret, not a value
-    assert all(re.fullmatch(r"\d+/(http|tcp)", port) for port in spec["ports"])
-    assert "dockerEntrypoint" not in spec and "dockerStartCmd" not in spec  # the image's own
+    assert "args" not in spec  # the image's own entrypoint and command
     config.load({k: v for k, v in spec["env"].items() if k != "HF_TOKEN"})
 
 

@@ -85,5 +85,6 @@ HEALTHCHECK --interval=30s --timeout=10s --start-period=2m --retries=2 \
 # The `libreyolo monitor` dashboard (MONITOR_PORT); compose publishes it on 127.0.0.1 only.
 EXPOSE 8420
 WORKDIR /workspace
-ENTRYPOINT ["/usr/bin/tini", "--", "trainbox"]
+# A trainbox subcommand goes to trainbox, anything else (bash, python) runs as it is.
+ENTRYPOINT ["/usr/bin/tini", "--", "/opt/trainbox/src/docker/entrypoint.sh"]
 CMD ["run"]

@@ -173,3 +173,19 @@ def test_image_size_bench_accounts_for_every_byte(image: str) -> None:
         totals[part] > 0 for part in (image_size.BASE, image_size.SYSTEM, image_size.LIBREYOLO)
     )
     assert "overhead (not torch)" in image_size.report(image, totals)
+
+
+def test_any_command_runs_under_tini_and_trainbox_subcommands_go_to_trainbox(
+    image: str, volume: str
+) -> None:
+    shell = run_container(image, volume, "bash", "-c", "echo ok; tr '\\0' ' ' < /proc/1/cmdline")
+    assert shell.returncode == 0, shell.stderr
+    assert shell.stdout.splitlines()[0] == "ok" and "tini" in shell.stdout.splitlines()[1]
+    python = run_container(image, volume, "python", "-c", "import torch; print(6 * 7)")
+    assert (python.returncode, python.stdout.strip()) == (0, "42"), python.stderr
+    settings = run_container(image, volume, "config")
+    assert settings.returncode == 0 and "RUN_NAME=run" in settings.stdout.splitlines()
+    for command in (("status",), ("trainbox", "status")):  # no run on this volume yet
+        status = run_container(image, volume, *command)
+        assert status.returncode == 1, status.stderr
+        assert "no status at /workspace/trainbox/status.json" in status.stderr

@@ -58,13 +58,29 @@ def torchrun(cfg: Config, procs: int) -> list[str]:
     ]  # fmt: skip
 
 
+def environment(cfg: Config, parent: dict[str, str] | None = None) -> dict[str, str]:
+    """torchrun's environment: DEVICE's GPUs alone visible, in DEVICE's order.
+
+    libreyolo puts rank N on ``cuda:LOCAL_RANK`` whatever ``device`` says (its
+    ``Trainer._setup_device``), so ``DEVICE=2,3`` would train on GPUs 0 and 1, which the
+    preflight did not check. Indices count among the GPUs already visible, as torch counts them.
+    """
+    env = dict(os.environ if parent is None else parent)
+    if cfg.device in ("auto", "cpu"):
+        return env
+    wanted = [int(i) for i in cfg.device.split(",")]
+    visible = [v for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(visible[i] if visible else str(i) for i in wanted)
+    return env
+
+
 def launch(cfg: Config, procs: int, runtime: Path) -> int:
     """The ``train`` program under torchrun: run it, then turn how it ended into one line and
     the job's exit code. A stop reaches torchrun and the ranks (the whole process group), so
     this waits for them."""
     for stop in (signal.SIGINT, signal.SIGTERM):
         signal.signal(stop, signal.SIG_IGN)
-    code = subprocess.run(torchrun(cfg, procs), check=False).returncode
+    code = subprocess.run(torchrun(cfg, procs), env=environment(cfg), check=False).returncode
     if (runtime / RESULT).is_file():
         return int((runtime / RESULT).read_text())
     if code and not (runtime / STARTED).is_file():

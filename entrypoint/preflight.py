@@ -85,6 +85,16 @@ def check(cfg: Config, probe: gpu.Probe, facts: System) -> dict:
         )
     effective, notes = fit_workers(cfg, facts)
     verdict = gpu.check(cfg.device, probe)
+    cards = len(verdict.gpus)
+    if cfg.device != "cpu" and cfg.nproc_per_node > cards:
+        # Seen on a real card: torchrun starts the ranks, and the second fails after ~30 s
+        # with "device_id cuda:1 is out of range" (libreyolo puts rank N on cuda:N).
+        raise TrainboxError(
+            f"NPROC_PER_NODE={cfg.nproc_per_node}: more training processes than the {cards} "
+            f"GPU(s) DEVICE={cfg.device} selects, and each needs a card of its own: set "
+            f"NPROC_PER_NODE=0 (one per GPU) or at most {cards}",
+            ExitCode.PREFLIGHT,
+        )
     return {
         **verdict.as_dict(),
         "notes": verdict.notes + notes,

@@ -214,3 +214,22 @@ def test_the_verdict_is_written_pass_or_fail(tmp_path: Path) -> None:
     written = preflight.read(cfg(tmp_path))
     assert written["ok"] is False and written["exit_code"] == ExitCode.PREFLIGHT
     assert written["error"].startswith("no GPU visible")
+
+
+def test_more_processes_than_selected_gpus_stops_before_training(tmp_path: Path) -> None:
+    """Seen on a real H200: NPROC_PER_NODE=2 with one card started torchrun, and rank 1 died
+    after ~30 s with "device_id cuda:1 is out of range". The preflight says it at once."""
+    two = FakeProbe(cards=[H200, H200])
+    with pytest.raises(TrainboxError) as caught:
+        preflight.check(cfg(tmp_path, DEVICE="0", NPROC_PER_NODE="2"), two, ROOMY)
+    assert caught.value.code == ExitCode.PREFLIGHT
+    assert str(caught.value) == (
+        "NPROC_PER_NODE=2: more training processes than the 1 GPU(s) DEVICE=0 selects, and "
+        "each needs a card of its own: set NPROC_PER_NODE=0 (one per GPU) or at most 1"
+    )
+    both = preflight.check(cfg(tmp_path, DEVICE="auto", NPROC_PER_NODE="2"), two, ROOMY)
+    assert [card["index"] for card in both["gpus"]] == [0, 1]
+    # On the CPU, processes are not cards: two local ranks are fine (issue #8's CPU test).
+    assert (
+        preflight.check(cfg(tmp_path, DEVICE="cpu", NPROC_PER_NODE="2"), two, ROOMY)["gpus"] == []
+    )

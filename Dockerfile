@@ -30,11 +30,14 @@ LABEL org.opencontainers.image.title="trainbox" \
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 # System packages: Python 3.11, tini as PID 1 (reaps zombies, forwards signals),
-# and the two libraries OpenCV (pulled in by libreyolo) needs in a slim image.
+# the two libraries OpenCV (pulled in by libreyolo) needs in a slim image, and sshd, which
+# runs only when a public key is given (entrypoint/ssh.py). Its package makes host keys at
+# install: they are removed, or every container of this image would share them; each box
+# makes its own at first start, on its volume.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      python3 python3-venv tini libgl1 libglib2.0-0 ca-certificates \
- && rm -rf /var/lib/apt/lists/*
+      python3 python3-venv tini libgl1 libglib2.0-0 ca-certificates openssh-server \
+ && rm -rf /var/lib/apt/lists/* /etc/ssh/ssh_host_*
 
 # Everything the image needs lives under /opt/trainbox, never under /workspace:
 # a volume mounted there would hide it. The Hugging Face cache lives on the volume.

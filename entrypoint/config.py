@@ -79,6 +79,23 @@ def _name(raw: Any) -> str:
     return text
 
 
+# OpenSSH's public key types (sshd(8), AUTHORIZED_KEYS FILE FORMAT), one key per line.
+_PUBLIC_KEY = re.compile(
+    r"(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|"
+    r"sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com) [A-Za-z0-9+/]+={0,3}( .*)?"
+)
+
+
+def _public_keys(raw: Any) -> str:
+    keys = [line.strip() for line in _text(raw).splitlines() if line.strip()]
+    if not all(_PUBLIC_KEY.fullmatch(key) for key in keys):
+        raise ValueError(
+            "expected OpenSSH public keys, one per line, such as the content of "
+            "~/.ssh/id_ed25519.pub (never a private key)"
+        )
+    return "\n".join(keys)
+
+
 def _repo(raw: Any) -> str:
     text = _text(raw)
     if text and not re.fullmatch(r"[\w.-]+/[\w.-]+", text):
@@ -188,6 +205,13 @@ class Config:
         "127.0.0.1 only",
     )
     monitor_port: int = setting(8420, _int_at_least(1), "port of the dashboard")
+    ssh_public_key: str = setting(
+        "",
+        _public_keys,
+        "public keys (one per line) that may SSH in as root, keys only; RunPod's `PUBLIC_KEY` "
+        "counts too; empty: no sshd",
+    )
+    ssh_port: int = setting(22, _int_at_least(1), "port sshd listens on when a key is set")
     on_exit: str = setting(
         "none",
         _choice("none", "stop", "destroy"),

@@ -23,6 +23,7 @@ from . import (
     provider,
     publish,
     resume,
+    ssh,
     status,
     supervise,
     upload,
@@ -45,14 +46,19 @@ def run(cfg: Config) -> int:
         cfg.device,
     )
     with lock.volume(cfg.workspace, cfg.node_rank):
-        return _run(cfg)
+        # The resolved job shape, for every program, rank and SSH session started from here.
+        os.environ.update(
+            NNODES=str(cfg.nnodes),
+            NODE_RANK=str(cfg.node_rank),
+            MASTER_ADDR=cfg.master_addr,
+            MASTER_PORT=str(cfg.master_port),
+        )
+        with ssh.serving(cfg):
+            return _run(cfg)
 
 
 def _run(cfg: Config) -> int:
     status.for_node(cfg.node_rank)
-    # The resolved job shape, for every program and rank started from here.
-    os.environ.update(NNODES=str(cfg.nnodes), NODE_RANK=str(cfg.node_rank),
-                      MASTER_ADDR=cfg.master_addr, MASTER_PORT=str(cfg.master_port))  # fmt: skip
     if cfg.nnodes > 1:
         log.info("node %d of %d, meeting at %s:%d", cfg.node_rank, cfg.nnodes, cfg.master_addr,
                  cfg.master_port)  # fmt: skip

@@ -5,7 +5,8 @@ Standard library only: ``trainbox status`` resolves this machine's node rank wit
 
 from collections.abc import Mapping
 
-# What SkyPilot and Kubernetes training operators set, read when trainbox's own names are not.
+# What SkyPilot, Kubernetes training operators and providers set, read when trainbox's own
+# names are not.
 # PyTorchJob v1 gives a pod its node rank as RANK; `trainbox run` exports the resolved names
 # before it starts any rank, whose RANK torchrun sets to the global one.
 ALIASES = {
@@ -14,6 +15,10 @@ ALIASES = {
     "NPROC_PER_NODE": ("PET_NPROC_PER_NODE", "SKYPILOT_NUM_GPUS_PER_NODE"),
     "MASTER_ADDR": ("PET_MASTER_ADDR",),
     "MASTER_PORT": ("PET_MASTER_PORT",),
+    # RunPod passes the account's SSH keys as PUBLIC_KEY (its own images' start script,
+    # runpod/containers container-template/start.sh); a pod-level key goes in SSH_PUBLIC_KEY
+    # (docs.runpod.io, "Override public key"), trainbox's own name. Read 2026-11-30.
+    "SSH_PUBLIC_KEY": ("PUBLIC_KEY",),
 }
 
 

@@ -18,6 +18,7 @@ from . import (
     job,
     plan,
     preflight,
+    publish,
     supervise,
     upload,
     watchdog,
@@ -200,9 +201,15 @@ def watchdog_command(result: Path) -> int:
 
 @cli.command("monitor", hidden=True)
 def monitor() -> None:
-    """The supervised dashboard (internal): `libreyolo monitor` once the run folder exists."""
+    """The supervised dashboard (internal): `libreyolo monitor` once the run is one to it.
+
+    libreyolo's monitor exits 3 ("No training runs found") for a run folder without its
+    markers (status.json, metrics.jsonl or results.csv: libreyolo/ui/train_monitor.py), and
+    the folder exists before training writes them: supervisord restarted it in a loop, with an
+    "exited: monitor (exit status 3; not expected)" line each time.
+    """
     cfg = config.load()
-    while not cfg.run_dir.is_dir():
+    while not any((cfg.run_dir / marker).is_file() for marker in publish.MONITOR_MARKERS):
         time.sleep(2)
     libreyolo = str(Path(sys.executable).with_name("libreyolo"))
     os.execv(libreyolo, [libreyolo, "monitor", str(cfg.run_dir), "--host", cfg.monitor_host,
@@ -216,11 +223,16 @@ def supervise_listener(status_file: Path) -> None:
     supervise.listen(status_file)
 
 
-def main() -> None:
-    """Entry point: run a subcommand, turn a TrainboxError into one line and its exit code."""
+def setup_logging() -> None:
+    """One handler, on stderr: every line once, prefixed with the logger's name."""
     logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s", stream=sys.stderr)
     for chatty in ("httpx", "httpx2", "httpcore", "httpcore2"):  # a line per HTTP request
         logging.getLogger(chatty).setLevel(logging.WARNING)
+
+
+def main() -> None:
+    """Entry point: run a subcommand, turn a TrainboxError into one line and its exit code."""
+    setup_logging()
     try:
         code = cli.main(standalone_mode=False)
     except TrainboxError as err:

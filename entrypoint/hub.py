@@ -48,6 +48,12 @@ from huggingface_hub.utils._http import default_client_factory
 from . import __version__
 from .errors import ExitCode, TrainboxError
 
+# huggingface_hub gives its logger a stderr handler of its own at import (utils/logging.py,
+# _configure_library_root_logger) and lets records propagate too: each of its lines, a retry
+# ("Retrying in 1s [Retry 1/5]"), reached the container's log twice. trainbox's handler alone
+# prints them now, prefixed like every other line.
+logging.getLogger("huggingface_hub").handlers.clear()
+
 log = logging.getLogger("trainbox")
 
 CHUNK = 1 << 20

@@ -42,7 +42,7 @@ def disk(
         f"(the tar is never stored): {tar_bytes / GB:.3f} GB",
         f"checkpoints  {checkpoint / GB:.3f} GB each x {kept} (best, last, {snapshots} "
         f"snapshot(s): {epochs} epochs / SAVE_PERIOD {save_period}) x 2 (weights/ and "
-        f"published/) = {checkpoints / GB:.3f} GB",
+        f"its published copy) = {checkpoints / GB:.3f} GB",
         f"subtotal     {subtotal / GB:.3f} GB",
         f"margin       x {MARGIN:.2f} = {total / GB:.3f} GB",
         f"allocate     {allocate} GB",

@@ -2,9 +2,13 @@
 
 libreyolo writes ``weights/*.pt`` with a plain ``torch.save``: read at the wrong moment, a
 file is half-written. Right after each save, in the trainer's own process (the
-``on_train_epoch_end`` callback), the run's files are copied into ``published/`` (temp file,
-fsync, rename), then ``published/index.json`` lists them with their sha256. The uploader
-reads only what the index lists, and a resume falls back on ``published/last.pt``.
+``on_train_epoch_end`` callback), the run's files are copied into its published folder (temp
+file, fsync, rename), then ``index.json`` there lists them with their sha256. The uploader
+reads only what the index lists, and a resume falls back on the published ``last.pt``.
+
+The published folder is ``/workspace/trainbox/published/RUN_NAME``, outside the runs folder:
+inside it, its copies of status.json and metrics.jsonl made ``libreyolo monitor`` (which takes
+any folder holding one for a run) show a second, phantom run ``run/published``.
 """
 
 import hashlib
@@ -14,10 +18,12 @@ from typing import Any
 
 from .atomic import copy_atomic, write_atomic
 
-FOLDER = "published"
+FOLDER = "published"  # under the volume's trainbox/ folder, one per run
 INDEX = "index.json"
 MANIFEST = "manifest.json"
 SMALL_FILES = ("status.json", "metrics.jsonl", "results.csv", "summary.json", "train_config.yaml")
+# What makes a folder a run to `libreyolo monitor` (libreyolo.ui.train_monitor._RUN_MARKERS).
+MONITOR_MARKERS = ("status.json", "metrics.jsonl", "results.csv")
 
 
 def sha256(path: Path) -> str:
@@ -28,19 +34,25 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def folder(run_dir: Path) -> Path:
+    """Where ``WORKSPACE/runs/RUN_NAME`` is published: ``WORKSPACE/trainbox/published/RUN_NAME``."""
+    return run_dir.parent.parent / "trainbox" / FOLDER / run_dir.name
+
+
 def read_index(run_dir: Path) -> dict[str, Any]:
     """The last published snapshot: {"epoch": N, "files": {name: sha256}}, or an empty one."""
     try:
-        return json.loads((run_dir / FOLDER / INDEX).read_text())
+        return json.loads((folder(run_dir) / INDEX).read_text())
     except (OSError, ValueError):
         return {"epoch": 0, "files": {}}
 
 
 def publish(run_dir: Path, epoch: int, *, failed: bool = False) -> dict[str, Any]:
-    """Copy the run's current files into ``published/`` and index them; unchanged ones are kept.
+    """Copy the run's current files into its published folder and index them; unchanged ones are
+    kept.
     ``failed``: training raised; its train.log joins the small files, and the weights stay
     as last published (a file being saved when it raised may be torn)."""
-    out = run_dir / FOLDER
+    out = folder(run_dir)
     out.mkdir(parents=True, exist_ok=True)
     before = read_index(run_dir)
     sources = [run_dir / name for name in (*SMALL_FILES, *(("train.log",) if failed else ()))]
@@ -94,7 +106,7 @@ def provenance(cfg: Any, verdict: dict[str, Any], dataset: dict[str, Any] | None
 
 def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
     """The run's provenance, published beside its weights (never a secret in it)."""
-    write_atomic(run_dir / FOLDER / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    write_atomic(folder(run_dir) / MANIFEST, json.dumps(manifest, indent=2) + "\n")
 
 
 class Publisher:

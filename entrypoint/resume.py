@@ -19,7 +19,8 @@ from . import hub
 from .atomic import write_atomic
 from .config import Config
 from .errors import ExitCode, TrainboxError
-from .publish import FOLDER, INDEX, MANIFEST
+from .publish import INDEX, MANIFEST
+from .publish import folder as published
 from .status import run_state
 
 log = logging.getLogger("trainbox")
@@ -39,15 +40,15 @@ def loads(path: Path) -> bool:
 def checkpoint(cfg: Config) -> Path | None:
     """The checkpoint an interrupted run resumes from, put back in weights/; None: start anew."""
     last = cfg.run_dir / "weights" / "last.pt"
-    published = cfg.run_dir / FOLDER / "last.pt"
-    if run_state(cfg.run_dir) == "completed" or not (last.is_file() or published.is_file()):
+    copy = published(cfg.run_dir) / "last.pt"
+    if run_state(cfg.run_dir) == "completed" or not (last.is_file() or copy.is_file()):
         return None
     if last.is_file() and loads(last):
         return last
-    if published.is_file() and loads(published):
+    if copy.is_file() and loads(copy):
         log.warning("%s is torn (killed while saving): resuming from the published copy", last)
         last.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(published, last)
+        shutil.copyfile(copy, last)
         return last
     log.warning("no checkpoint of %s loads: training starts from the beginning", cfg.run_dir)
     return None
@@ -66,8 +67,8 @@ def epoch_of(path: Path) -> int:
 
 def local_epoch(cfg: Config) -> int:
     """The epochs of the newest checkpoint on this volume that loads (0: none)."""
-    return max(epoch_of(path) for path in
-               (cfg.run_dir / "weights" / "last.pt", cfg.run_dir / FOLDER / "last.pt"))  # fmt: skip
+    copies = (cfg.run_dir / "weights" / "last.pt", published(cfg.run_dir) / "last.pt")
+    return max(epoch_of(path) for path in copies)
 
 
 def _on_hub(cfg: Config, name: str) -> hub.Target:
@@ -136,7 +137,7 @@ def _take(cfg: Config, commit: str | None, held: int, here: int) -> None:
             )
         (cfg.run_dir / "weights").mkdir(parents=True, exist_ok=True)
         shutil.move(downloaded, cfg.run_dir / "weights" / "last.pt")  # replaces a local one
-    shutil.rmtree(cfg.run_dir / FOLDER, ignore_errors=True)
+    shutil.rmtree(published(cfg.run_dir), ignore_errors=True)
     log.info("resuming run %s from the last.pt on %s (epoch %d; this volume had %d)",
              cfg.run_name, cfg.output_repo, held, here)  # fmt: skip
 

@@ -35,7 +35,8 @@ from . import hub, resume, status
 from .atomic import write_atomic
 from .config import Config
 from .errors import ExitCode, TrainboxError
-from .publish import FOLDER, INDEX, MANIFEST, read_index, write_manifest
+from .publish import INDEX, MANIFEST, read_index, write_manifest
+from .publish import folder as published
 
 log = logging.getLogger("trainbox")
 
@@ -62,7 +63,7 @@ def prepare(cfg: Config, manifest: dict[str, Any]) -> None:
     where = target(cfg)
     hub.ensure_repo(where, private=True, wait=cfg.hub_wait)
     operation = CommitOperationAdd(
-        f"{cfg.run_name}/{MANIFEST}", str(cfg.run_dir / FOLDER / MANIFEST)
+        f"{cfg.run_name}/{MANIFEST}", str(published(cfg.run_dir) / MANIFEST)
     )
     hub.commit(where, [operation], f"{cfg.run_name}: start", wait=cfg.hub_wait)
     log.info("uploads go to %s/%s (private if it was created now)", cfg.output_repo, cfg.run_name)
@@ -112,7 +113,8 @@ class Uploader:
                             len(self.commits), room)  # fmt: skip
                 return False
             # Its own folder: a push abandoned at a deadline may still be reading its own.
-            staging = Path(tempfile.mkdtemp(prefix=".uploading-", dir=self.cfg.run_dir / FOLDER))
+            into = published(self.cfg.run_dir)
+            staging = Path(tempfile.mkdtemp(prefix=".uploading-", dir=into))
             try:
                 return self._commit(index, pending, staging, wait)
             except (TrainboxError, hub.BranchMoved) as err:
@@ -127,7 +129,7 @@ class Uploader:
         # Hard links pin the published files: a newer snapshot renamed over them meanwhile
         # leaves these bytes, the ones hashed for the commit, as they are.
         for name in pending:
-            os.link(self.cfg.run_dir / FOLDER / name, staging / name)
+            os.link(published(self.cfg.run_dir) / name, staging / name)
         (staging / INDEX).write_text(json.dumps(index, indent=2) + "\n")
         run, epoch = self.cfg.run_name, index["epoch"]
         operations = [CommitOperationAdd(f"{run}/{name}", str(staging / name))
@@ -241,7 +243,7 @@ def verify(cfg: Config) -> bool:
         if found.lfs:
             if found.lfs.sha256 != digest:
                 return False
-        elif found.blob_id != _git_blob(cfg.run_dir / FOLDER / path.split("/", 1)[1]):
+        elif found.blob_id != _git_blob(published(cfg.run_dir) / path.split("/", 1)[1]):
             return False
     return True
 

@@ -172,7 +172,7 @@ def test_an_older_volume_takes_the_hubs_later_last_pt_and_a_later_one_keeps_its_
     published(cfg, 2)  # a volume reattached after another machine trained to epoch 3
     resume.fetch(cfg)
     assert resume.local_epoch(cfg) == HUB_EPOCH
-    assert not (cfg.run_dir / "published").exists()  # its epoch-2 snapshot can never be pushed
+    assert not publish.folder(cfg.run_dir).exists()  # its epoch-2 snapshot can never be pushed
     published(cfg, 5)  # this volume went further than the Hub (its upload failed, say)
     resume.fetch(cfg)
     assert resume.local_epoch(cfg) == 5

@@ -206,3 +206,17 @@ def test_bytes_a_test_puts_in_files_are_what_the_hub_then_holds(hub: Hub, api: H
     found = {f.path: f for f in api.get_paths_info(REPO, ["run/last.pt", "run/index.json"])}
     assert found["run/last.pt"].lfs.sha256 == hashlib.sha256(b"other bytes").hexdigest()
     assert found["run/index.json"].blob_id == git_blob_id(b"{}")
+
+
+def test_a_hub_client_retry_is_logged_once() -> None:
+    """huggingface_hub's own handler and trainbox's both printed its warnings: twice."""
+    import subprocess
+    import sys
+
+    emit = (
+        "from entrypoint import cli; cli.setup_logging(); import logging; "
+        "logging.getLogger('huggingface_hub.utils._http').warning('Retrying in 1s [Retry 1/5].')"
+    )
+    done = subprocess.run([sys.executable, "-c", emit], capture_output=True, text=True, check=True)
+    assert done.stderr.count("Retrying in 1s") == 1, done.stderr
+    assert done.stderr.startswith("[huggingface_hub.utils._http] Retrying in 1s")

@@ -49,7 +49,7 @@ def test_plan_disk_adds_data_checkpoints_and_a_margin(hub: Hub, tmp_path: Path) 
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     # By hand: best + last + 100/10 snapshots = 12 checkpoints of 35 MB, twice (weights/ and
-    # published/) = 0.840 GB; plus the 5 MB tar, extracted; times 1.30; rounded up.
+    # its published copy) = 0.840 GB; plus the 5 MB tar, extracted; times 1.30; rounded up.
     checkpoints = 12 * 35e6 * 2
     total = (tar + checkpoints) * 1.30
     assert f"= {checkpoints / 1e9:.3f} GB" in result.stdout

@@ -234,8 +234,8 @@ def test_after_a_failed_run_destroy_only_stops_and_train_log_is_published(
     publish.Publisher().on_train_exception(failure)
     index = publish.read_index(run_dir)
     assert index["epoch"] == 2 and "train.log" in index["files"]
-    assert (run_dir / "published" / "last.pt").read_bytes() == b"epoch 2"  # not the torn one
+    assert (publish.folder(run_dir) / "last.pt").read_bytes() == b"epoch 2"  # not the torn one
     stopped = SimpleNamespace(save_dir=str(run_dir), exception=KeyboardInterrupt())
     (run_dir / "train.log").write_text("interrupted\n")
     publish.Publisher().on_train_exception(stopped)  # a stop is no failure: nothing published
-    assert (run_dir / "published" / "train.log").read_text().startswith("Traceback")
+    assert (publish.folder(run_dir) / "train.log").read_text().startswith("Traceback")

@@ -34,3 +34,12 @@ def test_readme_has_the_two_setup_commands() -> None:
     commands = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
     assert commands == ["docker compose up --build", "tests/run"]
     assert "tests/run" in (REPO / ".ci" / "run").read_text()
+
+
+def test_env_example_starts_with_what_a_real_run_needs() -> None:
+    text = (REPO / ".env.example").read_text()
+    names = re.findall(r"^# ([A-Z_]+)=", text, re.M)
+    assert names[:5] == ["DATASET_REPO", "OUTPUT_REPO", "HF_TOKEN", "HF_TOKEN_FILE", "EPOCHS"]
+    outside = {"HF_TOKEN", "HF_TOKEN_FILE", "TRAINBOX_CONFIG"}  # read before the config
+    assert set(names) <= {key.upper() for key in config.KEYS} | outside
+    assert not re.findall(r"^[A-Z_]+=", text, re.M)  # all commented: nothing set by default

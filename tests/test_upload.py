@@ -31,16 +31,28 @@ def cfg(hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> config.Con
     return config.load({"WORKSPACE": str(tmp_path), "OUTPUT_REPO": "org/w"})
 
 
+def test_the_dashboard_sees_one_run_not_its_published_copy(run: Path) -> None:
+    """libreyolo's monitor takes any folder holding one of its markers for a run; the published
+    copy (status.json, metrics.jsonl included) once showed as a second, phantom run."""
+    from libreyolo.ui.train_monitor import _RUN_MARKERS, discover_runs
+
+    assert publish.MONITOR_MARKERS == _RUN_MARKERS  # what `trainbox monitor` waits for
+    (run / "metrics.jsonl").write_text('{"epoch": 1}\n')
+    publish.publish(run, 1)
+    assert (publish.folder(run) / "metrics.jsonl").is_file()
+    assert discover_runs(run.parent) == [run]
+
+
 def test_publish_copies_consistently_and_skips_what_did_not_change(run: Path) -> None:
     first = publish.publish(run, 1)
     assert first["files"]["last.pt"] == hashlib.sha256(b"epoch 1 weights" * 1000).hexdigest()
-    stamp = (run / "published" / "last.pt").stat().st_mtime_ns
+    stamp = (publish.folder(run) / "last.pt").stat().st_mtime_ns
     assert publish.publish(run, 1)["files"] == first["files"]
-    assert (run / "published" / "last.pt").stat().st_mtime_ns == stamp  # not copied again
+    assert (publish.folder(run) / "last.pt").stat().st_mtime_ns == stamp  # not copied again
     (run / "weights" / "last.pt").write_bytes(b"epoch 2")
     second = publish.publish(run, 2)
     assert second["files"]["last.pt"] == hashlib.sha256(b"epoch 2").hexdigest()
-    assert json.loads((run / "published" / "index.json").read_text()) == second
+    assert json.loads((publish.folder(run) / "index.json").read_text()) == second
 
 
 def test_one_commit_per_cycle_with_only_what_changed(hub: Hub, cfg, run: Path) -> None:

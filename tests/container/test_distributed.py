@@ -29,8 +29,13 @@ def test_two_containers_train_as_two_nodes_and_only_node_0_uploads(image: str, h
         final = json.loads(in_volume(image, nodes.volumes[0], "trainbox", "status", "--json"))
         assert (final["phase"], final["exit_code"]) == ("completed", 0)
         # Node 1 keeps its own status and publishes nothing: node 0 speaks for the job.
-        listing = in_volume(image, nodes.volumes[1], "sh", "-c", "ls -A /workspace/trainbox; "
-                            "ls -A /workspace/runs/run/published 2>/dev/null; true")  # fmt: skip
+        listing = in_volume(
+            image,
+            nodes.volumes[1],
+            "sh",
+            "-c",
+            "ls -A /workspace/trainbox; ls -A /workspace/trainbox/published/run 2>/dev/null; true",
+        )
         assert "status.json" not in listing.split() and "last.pt" not in listing
         own = json.loads(
             in_volume(image, nodes.volumes[1], "cat", "/workspace/trainbox/status-node1.json")
@@ -94,8 +99,11 @@ def test_a_lost_node_ends_the_job_naming_its_rank_and_both_resume(image: str, hu
         assert code == ExitCode.NODE_LOST, log[-4000:]
         assert "training stopped on rank 0: rank 1 (node 1) stopped answering" in log
         assert ended < 60, ended  # heartbeats (3 x 2 s) and the final upload, not a timeout
-        uploaded = json.loads(in_volume(image, nodes.volumes[0], "cat",
-                                        "/workspace/runs/run/published/index.json"))  # fmt: skip
+        uploaded = json.loads(
+            in_volume(
+                image, nodes.volumes[0], "cat", "/workspace/trainbox/published/run/index.json"
+            )
+        )
         held = hub.repos["models/org/weights"].files["run/last.pt"]
         assert hashlib.sha256(held).hexdigest() == uploaded["files"]["last.pt"]
 

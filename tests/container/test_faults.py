@@ -102,7 +102,7 @@ def test_an_older_volume_resumes_from_the_hubs_later_epoch(
     hub.add(REPO, {"run/status.json": b'{"state": "running"}\n'}, kind="models")
     older = ("import json, pathlib, shutil; run = pathlib.Path('/workspace/runs/run');"
              "shutil.copyfile(run / 'weights/epoch_1.pt', run / 'weights/last.pt');"
-             "shutil.rmtree(run / 'published');"
+             "shutil.rmtree('/workspace/trainbox/published/run');"
              "(run / 'status.json').write_text(json.dumps({'state': 'running'}))")  # fmt: skip
     in_volume(image, volume, "python", "-c", older)
     again = run_container(image, volume, env=env_for(hub, EPOCHS="3"))

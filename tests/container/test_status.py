@@ -17,6 +17,8 @@ from tests.hub import GOOD_TOKEN, Fault, Hub
 
 pytestmark = pytest.mark.container
 
+PUBLISHED_INDEX = "/workspace/trainbox/published/run/index.json"
+
 TRAIN = {"DEVICE": "cpu", "MODEL": "LibreYOLO9t.pt", "PRETRAINED": "false", "BATCH": "8",
          "IMGSZ": "128", "WORKERS": "0", "MONITOR_HOST": "127.0.0.1"}  # fmt: skip
 
@@ -174,6 +176,8 @@ def test_max_runtime_stops_training_after_a_final_upload(image: str, volume: str
     final = json.loads(in_volume(image, volume, "trainbox", "status", "--json"))
     assert (final["phase"], final["exit_code"]) == ("interrupted", ExitCode.TIME_LIMIT)
     assert "MAX_RUNTIME=25 s" in final["reason"]
-    index = json.loads(in_volume(image, volume, "cat", "/workspace/runs/run/published/index.json"))
+    index = json.loads(
+        in_volume(image, volume, "cat", "/workspace/trainbox/published/run/index.json")
+    )
     held = hub.repos["models/org/weights"].files["run/last.pt"]
     assert index["epoch"] >= 1 and hashlib.sha256(held).hexdigest() == index["files"]["last.pt"]

@@ -51,7 +51,9 @@ def test_every_epoch_is_uploaded_and_the_hub_matches_the_volume(
     ledger = json.loads(
         in_volume(image, volume, "cat", "/workspace/trainbox/ledger-org--weights--run.json")
     )
-    index = json.loads(in_volume(image, volume, "cat", "/workspace/runs/run/published/index.json"))
+    index = json.loads(
+        in_volume(image, volume, "cat", "/workspace/trainbox/published/run/index.json")
+    )
     assert index["epoch"] == 4
     for name, digest in index["files"].items():
         assert hashlib.sha256(remote(hub, name)).hexdigest() == digest, name
@@ -75,7 +77,9 @@ def test_hub_faults_lose_nothing(image: str, volume: str, hub: Hub) -> None:
     result = run_container(image, volume, env=env_for(hub, EPOCHS="3"))
     assert result.returncode == 0, logs(result)[-4000:]
     assert all(fault.times == 0 for fault in hub.faults)
-    index = json.loads(in_volume(image, volume, "cat", "/workspace/runs/run/published/index.json"))
+    index = json.loads(
+        in_volume(image, volume, "cat", "/workspace/trainbox/published/run/index.json")
+    )
     for name, digest in index["files"].items():
         assert hashlib.sha256(remote(hub, name)).hexdigest() == digest, name
 
@@ -109,7 +113,9 @@ def test_docker_stop_pushes_the_last_epoch_and_a_new_volume_resumes_from_the_hub
     assert "final upload done" in log.stdout + log.stderr
     state = json.loads(in_volume(image, volume, "trainbox", "status", "--json"))
     assert (state["phase"], state["exit_code"]) == ("interrupted", ExitCode.INTERRUPTED)
-    index = json.loads(in_volume(image, volume, "cat", "/workspace/runs/run/published/index.json"))
+    index = json.loads(
+        in_volume(image, volume, "cat", "/workspace/trainbox/published/run/index.json")
+    )
     assert index["epoch"] >= 2
     assert hashlib.sha256(remote(hub, "last.pt")).hexdigest() == index["files"]["last.pt"]
 

@@ -42,7 +42,8 @@ def test_vastai_template_keeps_the_images_entrypoint_and_its_cuda() -> None:
     flags = shlex.split(spec["env"])
     settings = dict(flags[i + 1].split("=", 1) for i, f in enumerate(flags) if f == "-e")
     assert set(settings) <= KNOWN and "HF_TOKEN" not in settings  # the token is never in a template
-    assert "-p" not in flags  # the dashboard has no authentication: reach it through SSH
+    # Only sshd's port: the dashboard has no authentication, it is reached through SSH.
+    assert [flags[i + 1] for i, f in enumerate(flags) if f == "-p"] == ["22:22"]
     assert settings["MONITOR_HOST"] == "127.0.0.1"
     config.load(settings)  # the settings are valid
     # Only hosts whose driver runs the image's CUDA: cu130 needs CUDA 13.0 (driver >= 580).
@@ -71,19 +72,119 @@ def test_runpod_template_is_a_valid_v2_create_template_request() -> None:
     config.load({k: v for k, v in spec["env"].items() if k != "HF_TOKEN"})
 
 
-def test_skypilot_task_is_valid_for_skypilot() -> None:
+# GPUs older than Turing get SkyPilot's 535-driver host image, where a cu130 image cannot run
+# (skypilot-org/skypilot#9789, sky/clouds/utils/gpu_utils.py of 0.13.0; K80 has its own image).
+PRE_TURING = {"K80", "M60", "P4", "P100", "V100"}
+# The clouds whose GPU hosts SkyPilot (>= 0.13.0) starts with the 580 driver, and that run a
+# docker image; RunPod cannot run one with its own entrypoint (SkyPilot's docker-containers
+# guide). All read 2026-11-30.
+SKY_CLOUDS = {"AWS", "GCP"}
+
+
+def _sky_launch(template: str, *command: str, monkeypatch: pytest.MonkeyPatch) -> dict:
+    """The launch line the template's first comment gives (and the README), parsed by
+    SkyPilot's own CLI as typed: `--env HF_TOKEN` takes the token from the shell."""
+    from sky import cli
+
+    monkeypatch.setenv("HF_TOKEN", "hf_from_the_shell")
+    line = re.search(rf"sky {' '.join(command)} [^`\n]*", (PROVIDERS / template).read_text())[0]
+    assert line.strip() in (REPO / "README.md").read_text()
+    click_command = cli.cli
+    for name in command:
+        click_command = click_command.commands[name]
+    params = click_command.make_context("sky", shlex.split(line)[1 + len(command) :]).params
+    assert params["entrypoint"] == (f"configs/providers/{template}",)
+    return params
+
+
+def _sky_token_and_teardown(spec: dict, launch: dict, managed: bool = False) -> None:
+    """HF_TOKEN through SkyPilot's secrets and the teardown in the file where the SkyPilot
+    the tests use has them (`secrets:` and resources.autostop came in 0.10); otherwise the
+    token is required at launch, never written, and the launch line asks for autodown. A
+    managed job needs neither: its controller terminates the cluster when the job ends."""
+    from sky.utils import schemas
+
+    if "secrets" in schemas.get_task_schema()["properties"]:
+        assert "HF_TOKEN" in spec["secrets"] and "HF_TOKEN" not in spec["envs"]
+    else:
+        assert spec["envs"]["HF_TOKEN"] is None and "HF_TOKEN" in dict(launch["env"])
+    if managed:
+        return
+    if "autostop" in schemas.get_resources_schema()["properties"]:
+        assert spec["resources"]["autostop"]["down"] is True
+    else:  # autodown: torn down 1 idle minute after the job ends (sky/execution.py)
+        assert launch["down"] and launch["idle_minutes_to_autostop"] is None
+
+
+def _sky_clouds(task, *features) -> set[str]:
+    """Each alternative the task allows runs the image on a GPU it has kernels and a driver for,
+    on a named cloud (none would let SkyPilot pick any, RunPod included) that SkyPilot says
+    supports a docker image and `features`. Returns the clouds."""
+    from sky.clouds import CloudImplementationFeatures
+
+    clouds = set()
+    for resources in task.resources:
+        assert IMAGE.match(resources.image_id[None].removeprefix("docker:"))
+        assert resources.accelerators and not set(resources.accelerators) & PRE_TURING
+        assert resources.cloud is not None, "pin the clouds: SkyPilot would also pick RunPod"
+        resources.cloud.check_features_are_supported(
+            resources, {CloudImplementationFeatures.DOCKER_IMAGE, *features}
+        )
+        clouds.add(str(resources.cloud))
+    return clouds
+
+
+def test_skypilot_task_is_valid_for_skypilot(monkeypatch: pytest.MonkeyPatch) -> None:
     import sky
+    from sky.clouds import CloudImplementationFeatures as Feature
 
     spec = yaml.safe_load((PROVIDERS / "skypilot.yaml").read_text())
     with pytest.raises(ValueError, match="HF_TOKEN"):  # the token must come at launch
         sky.Task.from_yaml_config(copy.deepcopy(spec))
-    # SkyPilot's own schema check, as `sky launch --env HF_TOKEN` does it.
-    task = sky.Task.from_yaml_config(spec, env_overrides=[("HF_TOKEN", "hf_at_launch")])
-    [resources] = task.resources
-    assert IMAGE.match(resources.image_id[None].removeprefix("docker:"))
+    launch = _sky_launch("skypilot.yaml", "launch", monkeypatch=monkeypatch)
+    _sky_token_and_teardown(spec, launch)
+    # SkyPilot's own schema check, with what the launch line passes.
+    task = sky.Task.from_yaml_config(spec, env_overrides=list(launch["env"]))
+    assert task.envs["HF_TOKEN"] == "hf_from_the_shell"
+    assert _sky_clouds(task, Feature.AUTODOWN) <= SKY_CLOUDS
     assert set(task.envs) <= KNOWN
     assert "trainbox run" in task.run
     config.load({k: v for k, v in task.envs.items() if k != "HF_TOKEN"})
+
+
+def test_skypilot_spot_job_recovers_on_a_new_machine_from_the_hub(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A managed job (`sky jobs launch`) on spot instances: after a preemption SkyPilot's
+    controller launches a new machine (job_recovery), whose empty disk trainbox fills from
+    OUTPUT_REPO, so SkyPilot must refuse the job without it."""
+    from sky.clouds import CloudImplementationFeatures as Feature
+    from sky.utils import dag_utils, registry
+
+    path = str(PROVIDERS / "skypilot-spot.yaml")
+    spec = yaml.safe_load((PROVIDERS / "skypilot-spot.yaml").read_text())
+    launch = _sky_launch("skypilot-spot.yaml", "jobs", "launch", monkeypatch=monkeypatch)
+    _sky_token_and_teardown(spec, launch, managed=True)
+    env = dict(launch["env"])
+    without_repo = [(k, v) for k, v in env.items() if k != "OUTPUT_REPO"]
+    with pytest.raises(ValueError, match="OUTPUT_REPO"):
+        dag_utils.load_chain_dag_from_yaml(path, env_overrides=without_repo)
+    # What `sky jobs launch` does to the file before submitting it (sky/jobs/server/core.py),
+    # less dag.validate(), which downloads SkyPilot's GPU catalog.
+    dag = dag_utils.load_chain_dag_from_yaml(path, env_overrides=list(env.items()))
+    dag_utils.maybe_infer_and_fill_dag_and_task_names(dag)
+    dag_utils.fill_default_config_in_dag_for_job_launch(dag)
+    [task] = dag.tasks
+    assert _sky_clouds(task, Feature.SPOT_INSTANCE) <= SKY_CLOUDS
+    for resources in task.resources:
+        assert resources.use_spot
+        recovery = resources.job_recovery
+        registry.JOBS_RECOVERY_STRATEGY_REGISTRY.from_str(recovery["strategy"])  # a real one
+        assert recovery["max_restarts_on_errors"] == 0  # trainbox's own errors: not retried
+    assert "trainbox run" in task.run
+    settings = {k: v for k, v in task.envs.items() if k != "HF_TOKEN"}
+    assert set(settings) <= KNOWN
+    assert config.load(settings).output_repo == env["OUTPUT_REPO"]
 
 
 def test_modal_app_builds_with_modal() -> None:
@@ -102,6 +203,45 @@ def test_modal_app_builds_with_modal() -> None:
     assert int(module.SETTINGS["MAX_RUNTIME"]) + int(module.SETTINGS["STOP_GRACE"]) < module.TIMEOUT
     assert set(module.SETTINGS) <= KNOWN
     config.load(module.SETTINGS)
+    # The command the docstring and the README give, as Modal's own CLI reads it: --detach,
+    # so that a 24-hour run survives the laptop that launched it.
+    from modal.cli.run import run
+
+    line = re.search(r"modal run [^`\n]*", module.__doc__)[0]
+    assert line in (REPO / "README.md").read_text()
+    assert run.make_context("modal run", shlex.split(line)[2:]).params["detach"]
+
+
+def test_beam_app_builds_with_beam(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    import importlib.util
+
+    # Beam's objects build with a token and no account; its channel, which they open, points
+    # at a closed local port and no config file is read (beta9's config.py reads these).
+    monkeypatch.setenv("BEAM_TOKEN", "offline-test")
+    monkeypatch.setenv("GATEWAY_HOST", "127.0.0.1")
+    monkeypatch.setenv("GATEWAY_PORT", "9")
+    monkeypatch.setenv("CONFIG_PATH", str(tmp_path / "beam.ini"))
+    beam = pytest.importorskip(
+        "beam", reason="beam-client: its beta9 pins rich<15, docker/requirements.lock rich 15"
+    )
+    from beta9.type import GpuType
+
+    spec = importlib.util.spec_from_file_location("beam_app", PROVIDERS / "beam_app.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    function = module.train.parent
+    assert isinstance(function, beam.function)
+    assert IMAGE.match(function.image.base_image)
+    assert GpuType(function.gpu) != GpuType.NoGPU and function.gpu_count >= 1
+    [volume] = function.volumes
+    assert isinstance(volume, beam.Volume) and volume.mount_path == "/workspace"
+    assert [secret.name for secret in function.secrets] == ["HF_TOKEN"]
+    settings = dict(pair.split("=", 1) for pair in function.env)
+    assert set(settings) <= KNOWN and "HF_TOKEN" not in settings
+    timeout = function.task_policy.timeout  # Beam's default would be one hour
+    assert int(settings["MAX_RUNTIME"]) + int(settings["STOP_GRACE"]) < timeout
+    assert function.headless  # it goes on when the laptop that started it disconnects
+    config.load(settings)
 
 
 def test_docker_run_line_uses_the_image_a_volume_shm_and_a_stop_timeout() -> None:
@@ -125,14 +265,16 @@ def test_every_template_runs_the_same_image() -> None:
     assert yaml.safe_load((PROVIDERS / "skypilot.yaml").read_text())["name"] == "trainbox"
 
 
-def test_skypilot_two_node_task_resolves_each_node() -> None:
+def test_skypilot_two_node_task_resolves_each_node(monkeypatch: pytest.MonkeyPatch) -> None:
     import sky
+    from sky.clouds import CloudImplementationFeatures as Feature
 
     spec = yaml.safe_load((PROVIDERS / "skypilot-multinode.yaml").read_text())
-    task = sky.Task.from_yaml_config(spec, env_overrides=[("HF_TOKEN", "hf_at_launch")])
+    launch = _sky_launch("skypilot-multinode.yaml", "launch", monkeypatch=monkeypatch)
+    _sky_token_and_teardown(spec, launch)
+    task = sky.Task.from_yaml_config(spec, env_overrides=list(launch["env"]))
     assert task.num_nodes == 2 and "trainbox run" in task.run
-    [resources] = task.resources
-    assert IMAGE.match(resources.image_id[None].removeprefix("docker:"))
+    assert _sky_clouds(task, Feature.AUTODOWN, Feature.MULTI_NODE) <= SKY_CLOUDS
     settings = {k: v for k, v in task.envs.items() if k != "HF_TOKEN"}
     assert set(settings) <= KNOWN
     # What SkyPilot sets on the second node.
@@ -147,32 +289,37 @@ def test_skypilot_two_node_task_resolves_each_node() -> None:
     )
 
 
-def test_kubernetes_pytorchjob_runs_two_nodes_of_the_image() -> None:
-    job = yaml.safe_load((PROVIDERS / "kubernetes-pytorchjob.yaml").read_text())
-    assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
-    replicas = job["spec"]["pytorchReplicaSpecs"]
-    assert (replicas["Master"]["replicas"], replicas["Worker"]["replicas"]) == (1, 1)
-    for role in ("Master", "Worker"):
-        pod = replicas[role]["template"]["spec"]
-        assert replicas[role]["restartPolicy"] == "Never"
-        assert pod["terminationGracePeriodSeconds"] >= config.Config.stop_grace + 10
-        [container] = pod["containers"]
-        assert container["name"] == "pytorch"  # the operator injects its variables there
-        assert IMAGE.match(container["image"]) and container["args"] == ["run"]
-        env = {e["name"]: e for e in container["env"]}
-        assert set(env) <= KNOWN
-        assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"]  # from a secret, never a value
-        mounts = {m["mountPath"] for m in container["volumeMounts"]}
-        assert {"/workspace", "/dev/shm"} <= mounts
-    settings = {k: e["value"] for k, e in env.items() if "value" in e}
-    # What the training operator sets in the Worker pod (PyTorchJob v1: the pod's RANK).
-    node = config.load({**settings, "PET_NNODES": "2", "RANK": "1", "WORLD_SIZE": "2",
-                        "MASTER_ADDR": "trainbox-master-0", "MASTER_PORT": "23456",
-                        "PET_NPROC_PER_NODE": job["spec"]["nprocPerNode"]})  # fmt: skip
-    assert (node.nnodes, node.node_rank, node.master_addr, node.master_port) == (
-        2,
-        1,
-        "trainbox-master-0",
-        23456,
-    )
-    assert node.nproc_per_node == 8
+def which_image() -> dict[str, tuple[tuple[int, int], int]]:
+    """The README's "Which image for which machine" table: flavour -> (CUDA, lowest driver)."""
+    readme = (REPO / "README.md").read_text()
+    table = readme.split("### Which image for which machine", 1)[1].split("\n#", 1)[0]
+    rows = re.findall(r"^\| (cu\d+)[^|]*\| [^|]*`(\d+)\.(\d+)` \| >= (\d+)", table, re.M)
+    return {name: ((int(major), int(minor)), int(driver)) for name, major, minor, driver in rows}
+
+
+def test_each_template_lands_only_on_hosts_the_readme_says_run_its_image() -> None:
+    table = which_image()
+    assert set(table) == {"cu126", "cu130", "cu132"}
+    assert table["cu130"] == ((13, 0), 580) and table["cu126"] == ((12, 6), 525)
+
+    def needs(image: str) -> tuple[tuple[int, int], int]:
+        return table[re.search(r"-(cu\d+)$", image)[1]]
+
+    vast = json.loads((PROVIDERS / "vastai.json").read_text())
+    (cuda, _driver) = needs(vast["tag"])
+    assert vast["extra_filters"]["cuda_max_good"] == {"gte": float(f"{cuda[0]}.{cuda[1]}")}
+
+    runpod = json.loads((PROVIDERS / "runpod.json").read_text())
+    (cuda, _driver) = needs(runpod["image"])
+    allowed = [tuple(int(n) for n in v.split(".")) for v in runpod["allowedCudaVersions"]]
+    assert allowed and all(v[0] == cuda[0] and v >= cuda for v in allowed)
+    assert f"{cuda[0]}.{cuda[1]}" in runpod["allowedCudaVersions"]
+
+    for name in ("kubernetes-pytorchjob.yaml", "kubernetes-trainjob.yaml"):
+        text = (PROVIDERS / name).read_text()
+        (cuda, driver) = needs(re.search(r"image: (\S+)", text)[1])
+        rule = re.search(
+            r"key: nvidia\.com/cuda\.driver-version\.major\s+operator: Gt\s+values: \[\"(\d+)\"\]",
+            text,
+        )
+        assert rule and int(rule[1]) == driver - 1, name

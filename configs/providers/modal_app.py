@@ -1,9 +1,13 @@
-"""trainbox on Modal: `modal run configs/providers/modal_app.py`.
+"""trainbox on Modal: `modal run --detach configs/providers/modal_app.py`.
 
+--detach: the app goes on running when the laptop that launched it sleeps, loses its
+connection or quits ("Don't stop the app if the local process dies or disconnects":
+`modal run --help`, modal 1.6.4); without it, Modal stops the app with the local process.
+`modal app list` and `modal app logs APP_ID` find it again, `modal app stop APP_ID` ends it.
 The image runs as is (its tini entrypoint cleared: Modal starts its own), the run lives on a
 Modal volume at /workspace, and HF_TOKEN comes from the Modal secret ``huggingface``. Modal
 ends a function at ``timeout`` (at most 24 hours), so MAX_RUNTIME stops training first and
-leaves STOP_GRACE for the final upload; a new `modal run` resumes.
+leaves STOP_GRACE for the final upload; a new `modal run --detach` resumes.
 """
 
 import os

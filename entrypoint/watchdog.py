@@ -80,6 +80,11 @@ def guard(cfg: Config) -> Iterator[None]:
         if error := verdict(cfg, status.read(cfg.workspace)):
             raise error
 
+    # The handler must import nothing: a handler that imports, run while the main thread is
+    # inside another import, breaks CPython 3.11's import locks (KeyError in
+    # _ModuleLock.acquire; seen in CI during `import numpy`). time.strptime imports _strptime
+    # on its first call: make that call now.
+    status.age(status.iso())
     previous = signal.signal(signal.SIGALRM, check)
     signal.setitimer(signal.ITIMER_REAL, CHECK_SECONDS, CHECK_SECONDS)
     try:

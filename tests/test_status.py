@@ -128,3 +128,19 @@ def test_profile_steps_records_a_verdict_on_the_cpu(tmp_path: Path) -> None:
     screen = trainbox("status", env=env).stdout
     assert f"profile  {found['bound']} bound" in screen
     assert json.loads((tmp_path / "runs/run/status.json").read_text())["state"] == "completed"
+
+
+def test_the_watchdogs_signal_handler_imports_nothing(tmp_path: Path) -> None:
+    """Its SIGALRM handler reads the status with time.strptime, which imports _strptime on
+    first use; run during another import (numpy's, in CI), that broke CPython 3.11's import
+    locks (KeyError in _ModuleLock.acquire). The guard makes that first call before."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; from entrypoint import config, watchdog; sys.modules.pop('_strptime', None)\n"
+        f"cfg = config.load({{'WORKSPACE': {str(tmp_path)!r}, 'STALL_TIMEOUT': '60'}})\n"
+        "with watchdog.guard(cfg):\n"
+        "    assert '_strptime' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)

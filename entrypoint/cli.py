@@ -16,6 +16,7 @@ from . import (
     distributed,
     hub,
     job,
+    options,
     plan,
     preflight,
     publish,
@@ -179,10 +180,16 @@ def status(ctx: click.Context) -> int:
 
 @cli.command("config")
 def show_config() -> None:
-    """Print the settings this container would run with, after every override."""
+    """Print the settings this container would run with, after every override, and the
+    LibreYOLO training options its run gets (LibreYOLO's defaults for MODEL's family, then
+    the YAML's train: mapping, then TRAIN_ARGS)."""
     cfg = config.load()
-    for key in config.KEYS:
+    for key in config.ENV_KEYS:
         click.echo(f"{key.upper()}={getattr(cfg, key)}")
+    chosen = options.effective(cfg)
+    for key, value in {**options.defaults(cfg.model), **chosen}.items():
+        if key not in options.OWNED:
+            click.echo(f"train.{key}={value}{'' if key not in chosen else '  (set)'}")
 
 
 @cli.command("launch", hidden=True)

@@ -96,6 +96,12 @@ def _public_keys(raw: Any) -> str:
     return "\n".join(keys)
 
 
+def _train_mapping(raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, dict) or not all(isinstance(key, str) for key in raw):
+        raise ValueError("expected a mapping of LibreYOLO training options, such as lr0: 0.002")
+    return dict(raw)
+
+
 def _repo(raw: Any) -> str:
     text = _text(raw)
     if text and not re.fullmatch(r"[\w.-]+/[\w.-]+", text):
@@ -253,6 +259,20 @@ class Config:
     allow_dataset_change: bool = setting(
         False, _bool, "resume a run from the Hub even if the dataset differs from its manifest's"
     )
+    train_args: str = setting(
+        "",
+        _text,
+        "LibreYOLO training options as `key=value` words, e.g. `optimizer=adamw lr0=0.002 "
+        "cache=ram`; over the YAML's `train:` mapping key by key; checked at start",
+    )
+    allow_options_change: bool = setting(
+        False, _bool, "resume a run from the Hub even if its training options differ"
+    )
+    # YAML only (TRAINBOX_CONFIG): a mapping of LibreYOLO training options, under TRAIN_ARGS.
+    train: dict = field(
+        default_factory=dict,
+        metadata={"parse": _train_mapping, "doc": "", "env": False},
+    )
     epochs: int = setting(100, _int_at_least(1), "epochs to train")
     batch: int = setting(
         -1,
@@ -295,13 +315,15 @@ class Config:
         return self.dataset_file or f"{self.dataset_repo.rpartition('/')[2]}.tar"
 
 
-KEYS = tuple(f.name for f in fields(Config))
+KEYS = tuple(f.name for f in fields(Config))  # the YAML's keys
+ENV_KEYS = tuple(f.name for f in fields(Config) if f.metadata.get("env", True))
 
 
 def describe() -> Iterator[tuple[str, Any, str]]:
     """(environment variable, default, description) for each setting, for docs and help."""
     for f in fields(Config):
-        yield f.name.upper(), f.default, f.metadata["doc"]
+        if f.metadata.get("env", True):
+            yield f.name.upper(), f.default, f.metadata["doc"]
 
 
 def _parse_layer(values: Mapping[str, Any], source: str, *, env: bool) -> dict[str, Any]:
@@ -349,7 +371,7 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
     file_name = environ.get("TRAINBOX_CONFIG", "").strip()
     from_file = _read_yaml(Path(file_name)) if file_name else {}
     from_env = _parse_layer(
-        {key: environ[key.upper()] for key in KEYS if environ.get(key.upper(), "").strip()},
+        {key: environ[key.upper()] for key in ENV_KEYS if environ.get(key.upper(), "").strip()},
         "environment",
         env=True,
     )

@@ -19,6 +19,7 @@ from . import (
     distributed,
     hub,
     lock,
+    options,
     preflight,
     provider,
     publish,
@@ -45,6 +46,7 @@ def run(cfg: Config) -> int:
         cfg.run_name,
         cfg.device,
     )
+    options.effective(cfg)  # LibreYOLO's options, checked before anything is touched
     with lock.volume(cfg.workspace, cfg.node_rank):
         # The resolved job shape, for every program, rank and SSH session started from here.
         os.environ.update(

@@ -89,7 +89,7 @@ def provenance(cfg: Any, verdict: dict[str, Any], dataset: dict[str, Any] | None
     the settings hold none (HF_TOKEN is read from the environment only where it is used)."""
     from importlib.metadata import version
 
-    from . import __version__
+    from . import __version__, options
 
     return {
         "run": cfg.run_name,
@@ -100,6 +100,7 @@ def provenance(cfg: Any, verdict: dict[str, Any], dataset: dict[str, Any] | None
         "driver": verdict.get("driver"),
         "gpus": [card["name"] for card in verdict.get("gpus", [])],
         "dataset": dataset,
+        "train_options": options.effective(cfg),
         "settings": {key: str(value) for key, value in vars(cfg).items()},
     }
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from . import hub
+from . import hub, options
 from .atomic import write_atomic
 from .config import Config
 from .errors import ExitCode, TrainboxError
@@ -111,6 +111,8 @@ def fetch(cfg: Config) -> dict[str, Any] | None:
         write_atomic(cfg.run_dir / "status.json", found[0])
         log.info("run %s is completed on %s", cfg.run_name, cfg.output_repo)
         return None
+    if manifest:  # before any checkpoint is fetched, and before staging
+        check_options(cfg, json.loads(manifest[0]), options.effective(cfg))
     held, commit = hub_epoch(cfg, wait=cfg.hub_wait)
     here = local_epoch(cfg)
     if held and (held > here or cfg.nnodes > 1):
@@ -151,6 +153,22 @@ def check_dataset(cfg: Config, previous: dict[str, Any], current: dict[str, Any]
         f"run {cfg.run_name!r} on OUTPUT_REPO was trained on {_describe(before)}, this "
         f"container has {_describe(now)}: set ALLOW_DATASET_CHANGE=true to resume on it, or "
         "a new RUN_NAME",
+        ExitCode.CONFIG,
+    )
+
+
+def check_options(cfg: Config, previous: dict[str, Any], now: dict[str, Any]) -> None:
+    """Refuse to resume a run with other training options than its manifest's, unless allowed.
+    A manifest from before options were recorded has nothing to compare."""
+    before = previous.get("train_options")
+    if before is None or before == now or cfg.allow_options_change:
+        return
+    changed = sorted(k for k in {*before, *now} if before.get(k) != now.get(k))
+    shown = ", ".join(f"{k} {before.get(k, '(default)')} -> {now.get(k, '(default)')}"
+                      for k in changed)  # fmt: skip
+    raise TrainboxError(
+        f"run {cfg.run_name!r} on OUTPUT_REPO was trained with other options ({shown}): set "
+        "ALLOW_OPTIONS_CHANGE=true to resume with these, or a new RUN_NAME",
         ExitCode.CONFIG,
     )
 

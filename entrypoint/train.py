@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from . import distributed, preflight
+from . import distributed, options, preflight
 from .config import Config
 from .dataset import data_yaml
 from .errors import ExitCode, TrainboxError
@@ -71,6 +71,7 @@ def _build_model(cfg: Config, resume_from: Path | None) -> Any:
 def _on_this_data(cfg: Config) -> dict[str, Any]:
     """``model.train`` arguments that the run and its profile pass share."""
     return {
+        **options.effective(cfg),
         "data": str(data_yaml(cfg)),
         "batch": cfg.batch,
         "imgsz": cfg.imgsz,

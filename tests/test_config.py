@@ -108,6 +108,9 @@ def test_example_config_is_valid() -> None:
         5,
         "/workspace/data/my-dataset/data.yaml",
     )
+    from entrypoint import options
+
+    assert options.effective(cfg) == {"optimizer": "adamw", "lr0": 0.002, "patience": 30}
 
 
 def test_cli_prints_one_line_and_exits_2_before_anything_runs(tmp_path: Path) -> None:

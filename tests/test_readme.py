@@ -20,7 +20,7 @@ def test_settings_table_matches_the_config() -> None:
         row = f"| `{env}` | `{env.lower()}` | `{shown(default)}` | {doc} |"
         assert row in README, f"README's settings table lacks or misstates:\n{row}"
     documented = set(re.findall(r"^\| `([A-Z_]+)` \| `[a-z_]+` \|", README, re.M))
-    assert documented == {key.upper() for key in config.KEYS}
+    assert documented == {key.upper() for key in config.ENV_KEYS}
 
 
 def test_exit_code_table_lists_every_code() -> None:

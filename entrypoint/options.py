@@ -1,0 +1,167 @@
+"""LibreYOLO's own training options, from the YAML's ``train:`` mapping and ``TRAIN_ARGS``,
+checked by LibreYOLO's rules before the card bills.
+
+``TRAIN_ARGS`` is LibreYOLO's ``key=value`` syntax (``optimizer=adamw lr0=0.002 cache=ram``);
+each value reads as YAML reads a scalar (``0.002`` a number, ``true`` a boolean, ``[1, 2]`` a
+list), the types a ``train:`` mapping gives too, and the environment wins key by key. The
+checks are LibreYOLO's: the option names and types of the training config class of the model
+family ``MODEL`` resolves to (``libreyolo/training/config.py``), its aliases (``mosaic`` is
+``mosaic_prob``), its spelling hints, and its validators, which run when the config is built.
+Options trainbox sets itself are refused with the setting to use instead.
+"""
+
+import shlex
+import types
+import typing
+from dataclasses import MISSING, fields
+from typing import Any
+
+import yaml
+
+from .config import Config
+from .errors import ExitCode, TrainboxError
+
+# LibreYOLO's options that trainbox sets from its own settings, and the setting to use instead.
+OWNED = {
+    "data": "DATA or DATASET_REPO",
+    "device": "DEVICE",
+    "epochs": "EPOCHS",
+    "batch": "BATCH",
+    "imgsz": "IMGSZ",
+    "workers": "WORKERS",
+    "save_period": "SAVE_PERIOD",
+    "project": "RUN_NAME (the run folder is /workspace/runs/RUN_NAME)",
+    "name": "RUN_NAME",
+    "exist_ok": "nothing: trainbox reuses the run folder to resume",
+    "resume": "nothing: trainbox resumes an interrupted run by itself",
+}
+
+
+def _fail(where: str, message: str) -> TrainboxError:
+    return TrainboxError(f"{where}: {message}", ExitCode.CONFIG)
+
+
+def parse_args(text: str) -> dict[str, Any]:
+    """``TRAIN_ARGS`` as a mapping: ``key=value`` words, each value a YAML scalar."""
+    parsed: dict[str, Any] = {}
+    try:
+        words = shlex.split(text)
+    except ValueError as err:
+        raise _fail("TRAIN_ARGS", f"{err}: quote values with spaces") from None
+    for word in words:
+        key, equals, raw = word.partition("=")
+        if not equals or not key.isidentifier():
+            raise _fail("TRAIN_ARGS", f"{word!r} is not key=value (e.g. lr0=0.002)")
+        try:
+            parsed[key] = yaml.safe_load(raw) if raw else ""
+        except yaml.YAMLError:
+            parsed[key] = raw
+    return parsed
+
+
+def requested(cfg: Config) -> tuple[dict[str, Any], dict[str, str]]:
+    """The options asked for, the environment over the YAML key by key, and where each came
+    from (for error lines)."""
+    from_env = parse_args(cfg.train_args)
+    merged = {**cfg.train, **from_env}
+    where = {key: "TRAIN_ARGS" if key in from_env else f"train.{key}" for key in merged}
+    return merged, where
+
+
+def config_class(model: str) -> type:
+    """LibreYOLO's training config class for the family ``model`` names (as its CLI finds it)."""
+    from libreyolo.cli.config import detect_family_from_model_ref, get_train_config_class
+
+    family = detect_family_from_model_ref(model)
+    if family is None:
+        raise TrainboxError(
+            f"MODEL={model!r}: not a LibreYOLO model, so its training options cannot be "
+            "checked: use a name such as LibreYOLO9s.pt",
+            ExitCode.CONFIG,
+        )
+    return get_train_config_class(family)
+
+
+def _fits(value: Any, kind: Any) -> bool:
+    """Whether ``value`` (from YAML) has the type a config field is annotated with."""
+    origin = typing.get_origin(kind)
+    if kind is Any or kind is object:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, option) for option in typing.get_args(kind))
+    if origin is typing.Literal:
+        return value in typing.get_args(kind)
+    if kind is type(None):
+        return value is None
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if origin in (list, tuple) or kind in (list, tuple):
+        inner = typing.get_args(kind)
+        items = inner[:1] if origin is list or Ellipsis in inner else ()
+        if not isinstance(value, list | tuple):
+            return False
+        return not items or all(_fits(item, items[0]) for item in value)
+    if origin is dict or kind is dict:
+        return isinstance(value, dict)
+    if isinstance(kind, type):
+        return isinstance(value, kind)
+    return True  # an annotation this check does not know: LibreYOLO's validators decide
+
+
+def effective(cfg: Config) -> dict[str, Any]:
+    """The training options LibreYOLO will be given, checked; a bad one raises one line."""
+    wanted, where = requested(cfg)
+    if not wanted:
+        return {}
+    for key in wanted:
+        if key in OWNED:
+            raise _fail(f"{where[key]}", f"{key} is set by trainbox: use {OWNED[key]}")
+    from libreyolo.training.config import _typo_hint, apply_train_aliases
+
+    cls = config_class(cfg.model)
+    try:
+        options = apply_train_aliases(wanted)
+    except ValueError as err:
+        raise _fail("TRAIN_ARGS", str(err)) from None
+    origin = {apply_train_aliases({k: None}).popitem()[0]: w for k, w in where.items()}
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        hint = _typo_hint({unknown[0]}, set(known))
+        raise _fail(
+            origin.get(unknown[0], "TRAIN_ARGS"),
+            f"{unknown[0]} is not a training option of {cls.__name__}{hint}; "
+            "LibreYOLO's options: https://www.libreyolo.com (docs, training)",
+        )
+    hints = typing.get_type_hints(cls)
+    for key, value in options.items():
+        if not _fits(value, hints[key]):
+            raise _fail(
+                origin.get(key, "TRAIN_ARGS"),
+                f"{key}={value!r}: expected {_shown(hints[key])} ({cls.__name__})",
+            )
+    try:
+        cls(**options)  # LibreYOLO's own validators run here (__post_init__)
+    except (ValueError, TypeError) as err:
+        first = str(err).strip().splitlines()[0]
+        raise _fail("TRAIN_ARGS" if "TRAIN_ARGS" in where.values() else "train", first) from None
+    return options
+
+
+def _shown(kind: Any) -> str:
+    text = str(kind).replace("typing.", "")
+    return text.removeprefix("<class '").removesuffix("'>")
+
+
+def defaults(model: str) -> dict[str, Any]:
+    """LibreYOLO's defaults for ``model``'s family, for ``trainbox config``."""
+    cls = config_class(model)
+    return {
+        f.name: f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+        for f in fields(cls)
+        if f.default is not MISSING or f.default_factory is not MISSING
+    }

@@ -1,0 +1,40 @@
+"""LibreYOLO's training options in a real container: TRAIN_ARGS reaches LibreYOLO's own
+train_config.yaml and the manifest on the Hub, and a resume with other options is refused."""
+
+import json
+
+import pytest
+import yaml
+
+from entrypoint.errors import ExitCode
+from tests.container.conftest import docker, in_volume, run_container
+from tests.container.test_faults import REPO, env_for, logs
+from tests.hub import Hub
+
+pytestmark = pytest.mark.container
+
+OPTIONS = "optimizer=adamw lr0=0.002 mosaic_prob=0"
+
+
+def test_train_args_reach_libreyolo_and_the_manifest_and_a_changed_resume_is_refused(
+    image: str, volume: str, hub: Hub
+) -> None:
+    done = run_container(image, volume, env=env_for(hub, EPOCHS="2", TRAIN_ARGS=OPTIONS))
+    assert done.returncode == 0, logs(done)[-3000:]
+    used = yaml.safe_load(in_volume(image, volume, "cat", "/workspace/runs/run/train_config.yaml"))
+    assert (used["optimizer"], used["lr0"], used["mosaic_prob"]) == ("adamw", 0.002, 0)
+    files = hub.repos[f"models/{REPO}"].files
+    manifest = json.loads(files["run/manifest.json"])
+    assert manifest["train_options"] == {"optimizer": "adamw", "lr0": 0.002, "mosaic_prob": 0}
+
+    # The run on the Hub, as a machine that was stopped would leave it; a new volume resumes it.
+    hub.add(REPO, {"run/status.json": b'{"state": "running"}\n'}, kind="models")
+    other = OPTIONS.replace("lr0=0.002", "lr0=0.01")
+    refused = run_container(image, f"{volume}-2", env=env_for(hub, EPOCHS="3", TRAIN_ARGS=other))
+    try:
+        assert refused.returncode == ExitCode.CONFIG, logs(refused)[-3000:]
+        [line] = [m for m in refused.stderr.splitlines() if m.startswith("[trainbox] error:")]
+        assert "trained with other options (lr0 0.002 -> 0.01)" in line
+        assert "ALLOW_OPTIONS_CHANGE=true" in line
+    finally:
+        docker("volume", "rm", "-f", f"{volume}-2")

@@ -1,0 +1,127 @@
+"""LibreYOLO's training options through trainbox: the YAML's ``train:`` mapping and TRAIN_ARGS,
+checked by LibreYOLO's own config classes before anything is touched."""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from entrypoint import config, options, resume
+from entrypoint.errors import ExitCode, TrainboxError
+from tests.hub import Hub
+
+DEMO = {"MODEL": "LibreYOLO9t.pt", "PRETRAINED": "false"}
+
+
+def load(tmp_path: Path, yaml_text: str = "", **environ: str) -> config.Config:
+    env = {"WORKSPACE": str(tmp_path / "ws"), **DEMO, **environ}
+    if yaml_text:
+        (tmp_path / "trainbox.yaml").write_text(yaml_text)
+        env["TRAINBOX_CONFIG"] = str(tmp_path / "trainbox.yaml")
+    return config.load(env)
+
+
+def refusal(cfg: config.Config) -> str:
+    with pytest.raises(TrainboxError) as caught:
+        options.effective(cfg)
+    assert caught.value.code == ExitCode.CONFIG
+    assert "\n" not in str(caught.value)
+    return str(caught.value)
+
+
+def test_the_yaml_and_train_args_merge_key_by_key_the_environment_winning(
+    tmp_path: Path,
+) -> None:
+    cfg = load(tmp_path, "train:\n  lr0: 0.01\n  optimizer: sgd\n  cache: disk\n",
+               TRAIN_ARGS="optimizer=adamw lr0=0.002 mosaic=0.5 amp=false")  # fmt: skip
+    assert options.effective(cfg) == {
+        "lr0": 0.002,
+        "optimizer": "adamw",
+        "cache": "disk",
+        "mosaic_prob": 0.5,  # LibreYOLO's alias for mosaic_prob
+        "amp": False,
+    }
+    assert options.effective(load(tmp_path)) == {}
+
+
+@pytest.mark.parametrize("key", sorted(options.OWNED))
+def test_every_option_trainbox_owns_is_refused_with_its_setting(tmp_path: Path, key: str) -> None:
+    line = refusal(load(tmp_path, TRAIN_ARGS=f"{key}=1"))
+    assert line == f"TRAIN_ARGS: {key} is set by trainbox: use {options.OWNED[key]}"
+    assert refusal(load(tmp_path, f"train:\n  {key}: 1\n")).startswith(f"train.{key}: {key} is")
+
+
+def test_an_unknown_option_gets_libreyolos_closest_name(tmp_path: Path) -> None:
+    line = refusal(load(tmp_path, TRAIN_ARGS="lrr0=0.1"))
+    assert line.startswith("TRAIN_ARGS: lrr0 is not a training option of YOLO9Config")
+    assert "(did you mean 'lr0'?)" in line
+    assert "did you mean" in refusal(load(tmp_path, "train:\n  mosiac_prob: 0.5\n"))
+
+
+def test_a_wrong_type_and_a_value_libreyolo_refuses_stop(tmp_path: Path) -> None:
+    assert refusal(load(tmp_path, TRAIN_ARGS="lr0=fast")) == (
+        "TRAIN_ARGS: lr0='fast': expected float (YOLO9Config)"
+    )
+    assert "amp='maybe': expected bool" in refusal(load(tmp_path, TRAIN_ARGS="amp=maybe"))
+    # LibreYOLO's own validators, as its config class runs them:
+    assert "cls_pw must be a finite number in [0, 1]" in refusal(
+        load(tmp_path, TRAIN_ARGS="cls_pw=2")
+    )
+    assert "compile must be True, False or one of" in refusal(
+        load(tmp_path, TRAIN_ARGS="compile=maybe")
+    )
+    assert "Conflicting mosaic values" in refusal(
+        load(tmp_path, TRAIN_ARGS="mosaic=0.5 mosaic_prob=0.3")
+    )
+    assert refusal(load(tmp_path, TRAIN_ARGS="lr0")) == (
+        "TRAIN_ARGS: 'lr0' is not key=value (e.g. lr0=0.002)"
+    )
+    with pytest.raises(TrainboxError, match="expected a mapping of LibreYOLO training options"):
+        load(tmp_path, "train: [lr0]\n")
+
+
+def test_a_bad_option_stops_the_run_before_anything_is_touched(tmp_path: Path, hub: Hub) -> None:
+    env = {"WORKSPACE": str(tmp_path / "ws"), **DEMO, "TRAIN_ARGS": "lr0=fast",
+           "HF_ENDPOINT": hub.url, "OUTPUT_REPO": "org/weights", "HF_TOKEN": "hf_x"}  # fmt: skip
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "entrypoint", "run"], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    took = time.monotonic() - started
+    assert done.returncode == ExitCode.CONFIG, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        "[trainbox] error: TRAIN_ARGS: lr0='fast': expected float (YOLO9Config)"
+    )
+    assert not (tmp_path / "ws").exists()  # no run folder, no lock, no status
+    assert hub.requests == []  # no Hub request
+    print(f"refused in {took:.1f} s")
+
+
+def test_a_resume_with_other_options_is_refused_unless_allowed(tmp_path: Path) -> None:
+    previous = {"train_options": {"lr0": 0.002, "optimizer": "adamw"}}
+    same = {"optimizer": "adamw", "lr0": 0.002}
+    other = {"lr0": 0.01, "optimizer": "adamw"}
+    cfg = load(tmp_path)
+    resume.check_options(cfg, previous, same)
+    resume.check_options(cfg, {}, other)  # a manifest from before options were recorded
+    with pytest.raises(TrainboxError) as caught:
+        resume.check_options(cfg, previous, other)
+    assert caught.value.code == ExitCode.CONFIG
+    assert str(caught.value) == (
+        "run 'run' on OUTPUT_REPO was trained with other options (lr0 0.002 -> 0.01): set "
+        "ALLOW_OPTIONS_CHANGE=true to resume with these, or a new RUN_NAME"
+    )
+    resume.check_options(load(tmp_path, ALLOW_OPTIONS_CHANGE="true"), previous, other)
+
+
+def test_trainbox_config_prints_the_effective_training_options(tmp_path: Path) -> None:
+    env = {"WORKSPACE": str(tmp_path / "ws"), **DEMO, "TRAIN_ARGS": "lr0=0.002 mosaic=0"}
+    done = subprocess.run([sys.executable, "-m", "entrypoint", "config"], env=env,
+                          capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    lines = done.stdout.splitlines()
+    assert "train.lr0=0.002  (set)" in lines and "train.mosaic_prob=0  (set)" in lines
+    assert "train.optimizer=sgd" in lines  # LibreYOLO's default for the YOLO9 family
+    assert not any(line.startswith(("train.epochs=", "train.data=")) for line in lines)
+    json.dumps(options.defaults("LibreYOLO9t.pt"), default=str)  # printable

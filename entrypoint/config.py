@@ -133,7 +133,8 @@ class Config:
     model: str = setting(
         "LibreYOLO9s.pt",
         _text,
-        "LibreYOLO model: a published name or a `.pt` path",
+        "LibreYOLO model: a published name, `hf://ORG/NAME/PATH.pt` (a file in a Hub model "
+        "repo, e.g. an earlier run's best.pt) or a `.pt` path; fetched once while staging",
     )
     pretrained: bool = setting(
         True,

@@ -286,8 +286,9 @@ def remote_file(target: Target, *, wait: float = WAIT) -> RemoteFile:
     return call(lambda: _metadata(target), f"metadata of {target.name}", target, wait=wait)
 
 
-def _locate(target: Target, wait: float) -> RemoteFile | None:
-    """The file's metadata; None when the Hub says definitely that it is not there."""
+def locate(target: Target, *, wait: float = WAIT) -> RemoteFile | None:
+    """A file's metadata; None when the Hub says definitely that it (or its repo) is not
+    there."""
     return call(absent_as_none(lambda: _metadata(target)), f"ask for {target.name}", target,
                 wait=wait)  # fmt: skip
 
@@ -295,7 +296,7 @@ def _locate(target: Target, wait: float) -> RemoteFile | None:
 def read(target: Target, *, wait: float = WAIT) -> tuple[bytes, str] | None:
     """A small file's bytes and the commit they are from; None when the Hub says it (or its
     repo) is not there. Anything but a definite answer waits, then raises."""
-    remote = _locate(target, wait)
+    remote = locate(target, wait=wait)
     if remote is None:
         return None
     url = hf_hub_url(target.repo, target.name, repo_type=target.repo_type, revision=remote.commit)
@@ -305,7 +306,7 @@ def read(target: Target, *, wait: float = WAIT) -> tuple[bytes, str] | None:
 def download(target: Target, path: Path, *, wait: float = WAIT) -> str | None:
     """Download a file to ``path`` (atomically: a ``.part`` file renamed); return its commit,
     or None when the Hub says it is not there."""
-    remote = _locate(target, wait)
+    remote = locate(target, wait=wait)
     if remote is None:
         return None
     part = path.with_name(f".{path.name}.part")

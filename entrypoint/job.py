@@ -29,6 +29,7 @@ from . import (
     supervise,
     upload,
     watchdog,
+    weights,
 )
 from .config import Config
 from .errors import ExitCode, TrainboxError
@@ -149,8 +150,13 @@ def _prepare(cfg: Config) -> int | None:
             "OUTPUT_REPO is not set: the weights stay on this volume only; if the "
             "machine goes, they go with it"
         )
+    # The start weights: checked now (one request), fetched while the dataset stages; not
+    # needed when the run goes on from a checkpoint.
+    found = None if resume.has_checkpoint(cfg) else weights.check(cfg)
     status.record(cfg.workspace, "staging")
+    start = weights.Background(cfg, found)
     dataset.stage(cfg)
+    start.result()
     manifest = publish.provenance(cfg, verdict, dataset.identity(cfg))
     if previous:  # the Hub keeps the run's manifest until the resume is known to be right
         resume.check_dataset(cfg, previous, manifest)

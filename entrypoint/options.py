@@ -72,7 +72,13 @@ def config_class(model: str) -> type:
     """LibreYOLO's training config class for the family ``model`` names (as its CLI finds it)."""
     from libreyolo.cli.config import detect_family_from_model_ref, get_train_config_class
 
-    family = detect_family_from_model_ref(model)
+    family = detect_family_from_model_ref(model.rpartition("/")[2])
+    if family is None and (model.startswith("hf://") or model.startswith("/")):
+        # A checkpoint whose family its name does not tell (run/best.pt): LibreYOLO's
+        # options common to every family are checked; the rest by LibreYOLO when it loads.
+        from libreyolo.training.config import TrainConfig
+
+        return TrainConfig
     if family is None:
         raise TrainboxError(
             f"MODEL={model!r}: not a LibreYOLO model, so its training options cannot be "

@@ -54,6 +54,12 @@ def checkpoint(cfg: Config) -> Path | None:
     return None
 
 
+def has_checkpoint(cfg: Config) -> bool:
+    """This volume holds a checkpoint of the run (it goes on from there, not from MODEL)."""
+    copies = (cfg.run_dir / "weights" / "last.pt", published(cfg.run_dir) / "last.pt")
+    return run_state(cfg.run_dir) != "completed" and any(p.is_file() for p in copies)
+
+
 def epoch_of(path: Path) -> int:
     """The epochs a checkpoint has completed (libreyolo stores the last one, 0-based); 0 when
     it does not load."""

@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from . import distributed, options, preflight
+from . import distributed, options, preflight, weights
 from .config import Config
 from .dataset import data_yaml
 from .errors import ExitCode, TrainboxError
@@ -59,12 +59,13 @@ def _model_device(cfg: Config) -> str:
 
 
 def _build_model(cfg: Config, resume_from: Path | None) -> Any:
-    """The model to train: an interrupted run's checkpoint, published weights, or the
-    architecture MODEL names, from scratch."""
-    if resume_from or cfg.pretrained:
+    """The model to train: an interrupted run's checkpoint, the start weights MODEL names
+    (published, hf://, a path), or the architecture MODEL names, from scratch."""
+    start = resume_from or weights.local(cfg)  # fetched onto the volume while staging
+    if start or cfg.pretrained:
         from libreyolo import LibreYOLO
 
-        return LibreYOLO(str(resume_from or cfg.model), device=_model_device(cfg))
+        return LibreYOLO(str(start or cfg.model), device=_model_device(cfg))
     return architecture(cfg.model, _model_device(cfg))
 
 

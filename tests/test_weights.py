@@ -1,0 +1,116 @@
+"""Start weights from anywhere, fetched once onto the volume through the Hub gateway, while
+the dataset stages: published LibreYOLO names, hf://ORG/NAME/PATH.pt, a path."""
+
+import threading
+import time
+from pathlib import Path
+
+import huggingface_hub
+import pytest
+
+from entrypoint import archive, config, job, weights
+from entrypoint.errors import ExitCode, TrainboxError
+from tests.conftest import client_at
+from tests.hub import GOOD_TOKEN, Hub
+
+CHECKPOINT = b"an earlier run's best weights" * 40_000  # ~1.2 MB
+
+
+def load(tmp_path: Path, **environ: str) -> config.Config:
+    return config.load({"WORKSPACE": str(tmp_path / "ws"), "PRETRAINED": "true", **environ})
+
+
+def test_what_model_names(tmp_path: Path) -> None:
+    published = weights.source(load(tmp_path, MODEL="LibreYOLO9s.pt"))
+    # What LibreYOLO itself would download (its get_download_url), through the gateway.
+    assert published.target.repo == "LibreYOLO/LibreYOLO9s"
+    assert (published.target.name, published.target.revision) == ("LibreYOLO9s.pt", "main")
+    assert published.target.repo_type == "model" and published.target.setting == "MODEL"
+    assert published.path == tmp_path / "ws/weights/LibreYOLO/LibreYOLO9s/LibreYOLO9s.pt"
+    earlier = weights.source(load(tmp_path, MODEL="hf://org/w/run/best.pt"))
+    assert (earlier.target.repo, earlier.target.name) == ("org/w", "run/best.pt")
+    assert earlier.path == tmp_path / "ws/weights/org/w/run/best.pt"
+    assert weights.source(load(tmp_path, MODEL="LibreYOLO9t.pt", PRETRAINED="false")) is None
+    mine = tmp_path / "mine.pt"
+    mine.write_bytes(b"x")
+    assert weights.source(load(tmp_path, MODEL=str(mine))) == weights.Source(None, mine)
+
+
+@pytest.mark.parametrize(
+    ("model", "line"),
+    [
+        ("hf://org/w", "MODEL='hf://org/w': expected hf://ORG/NAME/PATH.pt"),
+        ("/nowhere/x.pt", "MODEL=/nowhere/x.pt: no such file in the container"),
+        ("Mystery9s.pt", "MODEL='Mystery9s.pt': LibreYOLO publishes no weights by that name"),
+    ],
+)
+def test_a_model_that_cannot_be_is_a_config_error(tmp_path: Path, model: str, line: str) -> None:
+    with pytest.raises(TrainboxError) as caught:
+        weights.source(load(tmp_path, MODEL=model))
+    assert caught.value.code == ExitCode.CONFIG and str(caught.value).startswith(line)
+
+
+@pytest.fixture
+def on_hub(hub: Hub, monkeypatch: pytest.MonkeyPatch) -> Hub:
+    monkeypatch.setenv("HF_TOKEN", GOOD_TOKEN)
+    client_at(monkeypatch, hub.url)
+    hub.add("org/w", {"run/best.pt": CHECKPOINT}, kind="models")
+    yield hub
+    huggingface_hub.close_session()
+
+
+def test_fetched_once_through_the_gateway(tmp_path: Path, on_hub: Hub) -> None:
+    cfg = load(tmp_path, MODEL="hf://org/w/run/best.pt", HUB_WAIT="2")
+    path = weights.fetch(cfg, weights.check(cfg))
+    assert path.read_bytes() == CHECKPOINT and weights.local(cfg) == path
+    asked = len(on_hub.requests)
+    assert weights.fetch(cfg, weights.check(cfg)) == path  # a restart: on the volume already
+    assert len(on_hub.requests) == asked
+
+
+def test_a_missing_file_ends_before_staging_with_its_line(tmp_path: Path, on_hub: Hub) -> None:
+    cfg = load(tmp_path, MODEL="hf://org/w/run/nope.pt", HUB_WAIT="2")
+    with pytest.raises(TrainboxError) as caught:
+        weights.check(cfg)
+    assert caught.value.code == ExitCode.DATASET
+    assert str(caught.value) == (
+        "MODEL=hf://org/w/run/nope.pt: run/nope.pt is not in the Hub model repo org/w (or the "
+        "repo is private and HF_TOKEN cannot read it): check the name, or set HF_TOKEN"
+    )
+    assert not (tmp_path / "ws" / "weights").exists()
+
+
+def test_the_weights_download_while_the_dataset_stages(
+    tmp_path: Path, on_hub: Hub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the job's own preparation: the test Hub serves both bodies at once."""
+    source = tmp_path / "shapes"
+    source.mkdir()
+    (source / "data.yaml").write_text("names: {0: a}\n")
+    (source / "a.txt").write_bytes(b"x" * 1_200_000)
+    archive.pack(source, tmp_path / "shapes.tar")
+    on_hub.add("org/shapes", {"shapes.tar": (tmp_path / "shapes.tar").read_bytes()})
+    on_hub.rate = 600_000  # each body takes about 2 s
+    settings = {"WORKSPACE": str(tmp_path / "ws"), "DEVICE": "cpu", "DOCTOR": "false",
+                "DATASET_REPO": "org/shapes", "MODEL": "hf://org/w/run/best.pt",
+                "HF_ENDPOINT": on_hub.url}  # fmt: skip
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)  # the preflight's child process reads them
+    both, stop = [], threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            live = {s.name for s in list(on_hub.served) if s.sent and not s.done}
+            both.append(live == {"shapes.tar", "run/best.pt"})
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        assert job._prepare(config.load()) is None
+    finally:
+        stop.set()
+        watcher.join()
+    assert any(both), "the two downloads never overlapped"
+    assert (tmp_path / "ws/weights/org/w/run/best.pt").read_bytes() == CHECKPOINT
+    assert [s.name for s in on_hub.served].count("run/best.pt") == 1

@@ -47,3 +47,17 @@ def hub() -> Iterator["Hub"]:
 
     with Hub() as server:
         yield server
+
+
+def tar_on_hub(hub: "Hub", repo: str, folder: Path, size: int) -> bytes:
+    """A one-file dataset (data.yaml and ``size`` bytes) packed as ``NAME.tar`` in ``repo``
+    on the test Hub, NAME the folder's; returns the tar's bytes."""
+    from entrypoint import archive
+
+    folder.mkdir()
+    (folder / "data.yaml").write_text("names: {0: a}\n")
+    (folder / "a.bin").write_bytes(b"x" * size)
+    tar = folder.with_suffix(".tar")
+    archive.pack(folder, tar)
+    hub.add(repo, {tar.name: tar.read_bytes()})
+    return tar.read_bytes()

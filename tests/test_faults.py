@@ -18,10 +18,10 @@ import huggingface_hub
 import pytest
 import torch
 
-from entrypoint import archive, config, dataset, publish, resume, upload
+from entrypoint import config, dataset, publish, resume, upload
 from entrypoint import hub as gateway
 from entrypoint.errors import ExitCode, TrainboxError
-from tests.conftest import client_at
+from tests.conftest import client_at, tar_on_hub
 from tests.hub import GOOD_TOKEN, Fault, Hub
 
 HUB_EPOCH = 3  # the run on the Hub; this volume has published epoch 4 (or nothing)
@@ -60,12 +60,7 @@ def cfg(hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[c
         "run/index.json": json.dumps(index).encode(), "run/last.pt": last,
         "run/manifest.json": b'{"run": "run", "dataset": {"data": "the built-in demo"}}\n',
     }, kind="models")  # fmt: skip
-    source = tmp_path / "shapes"
-    source.mkdir()
-    (source / "data.yaml").write_text("names: {0: a}\n")
-    (source / "a.txt").write_bytes(b"x" * 300_000)
-    archive.pack(source, tmp_path / "shapes.tar")
-    hub.add("org/shapes", {"shapes.tar": (tmp_path / "shapes.tar").read_bytes()})
+    tar_on_hub(hub, "org/shapes", tmp_path / "shapes", 300_000)
     yield config.load({
         "WORKSPACE": str(tmp_path / "ws"), "OUTPUT_REPO": "org/w", "HUB_WAIT": "3",
         "DATASET_REPO": "org/shapes", "DOCTOR": "false", "UPLOAD_INTERVAL": "3",

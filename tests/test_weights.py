@@ -8,9 +8,9 @@ from pathlib import Path
 import huggingface_hub
 import pytest
 
-from entrypoint import archive, config, job, weights
+from entrypoint import config, job, weights
 from entrypoint.errors import ExitCode, TrainboxError
-from tests.conftest import client_at
+from tests.conftest import client_at, tar_on_hub
 from tests.hub import GOOD_TOKEN, Hub
 
 CHECKPOINT = b"an earlier run's best weights" * 40_000  # ~1.2 MB
@@ -84,12 +84,7 @@ def test_the_weights_download_while_the_dataset_stages(
     tmp_path: Path, on_hub: Hub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Through the job's own preparation: the test Hub serves both bodies at once."""
-    source = tmp_path / "shapes"
-    source.mkdir()
-    (source / "data.yaml").write_text("names: {0: a}\n")
-    (source / "a.txt").write_bytes(b"x" * 1_200_000)
-    archive.pack(source, tmp_path / "shapes.tar")
-    on_hub.add("org/shapes", {"shapes.tar": (tmp_path / "shapes.tar").read_bytes()})
+    tar_on_hub(on_hub, "org/shapes", tmp_path / "shapes", 1_200_000)
     on_hub.rate = 600_000  # each body takes about 2 s
     settings = {"WORKSPACE": str(tmp_path / "ws"), "DEVICE": "cpu", "DOCTOR": "false",
                 "DATASET_REPO": "org/shapes", "MODEL": "hf://org/w/run/best.pt",

@@ -7,6 +7,7 @@ import pytest
 
 from entrypoint import archive, demo
 from entrypoint.errors import ExitCode
+from tests.conftest import tar_on_hub
 from tests.container.conftest import docker, in_volume, run_container
 from tests.hub import GOOD_TOKEN, Hub
 
@@ -67,12 +68,7 @@ def test_doctor_errors_stop_the_run_and_leave_the_volume_as_it_was(
 
 
 def test_not_enough_disk_stops_before_downloading(image: str, hub: Hub, tmp_path: Path) -> None:
-    folder = tmp_path / "big"
-    folder.mkdir()
-    (folder / "data.yaml").write_text("names: {0: a}\n")
-    (folder / "blob.bin").write_bytes(b"\0" * 8_000_000)
-    archive.pack(folder, tmp_path / "big.tar")
-    hub.add("org/big", {"big.tar": (tmp_path / "big.tar").read_bytes()})
+    tar_on_hub(hub, "org/big", tmp_path / "big", 8_000_000)
     result = docker(
         "run", "--rm", "--network", "host", "--mount",
         "type=tmpfs,destination=/workspace,tmpfs-size=4000000",

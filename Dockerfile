@@ -64,7 +64,8 @@ RUN pip install ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} \
       "torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}" \
  && pip freeze > /opt/trainbox/torch-constraints.txt
 
-# 2. libreyolo and the rest (huggingface_hub, hf_xet, supervisor, pyyaml), pinned by the lock.
+# 2. libreyolo and the rest (huggingface_hub, hf_xet, supervisor, pyyaml, and onnx for
+#    EXPORT=onnx), pinned by the lock.
 #    EXTRA_PACKAGES is a space-separated list, split on purpose.
 COPY docker/requirements.lock /opt/trainbox/requirements.lock
 # hadolint ignore=SC2086

@@ -96,6 +96,13 @@ def _public_keys(raw: Any) -> str:
     return "\n".join(keys)
 
 
+def _formats(raw: Any) -> str:
+    names = [name.strip().lower() for name in _text(raw).split(",") if name.strip()]
+    if not all(re.fullmatch(r"[a-z0-9_-]+", name) for name in names):
+        raise ValueError("expected export format names separated by commas, e.g. onnx,torchscript")
+    return ",".join(names)
+
+
 def _train_mapping(raw: Any) -> dict[str, Any]:
     if not isinstance(raw, dict) or not all(isinstance(key, str) for key in raw):
         raise ValueError("expected a mapping of LibreYOLO training options, such as lr0: 0.002")
@@ -265,6 +272,12 @@ class Config:
         _text,
         "LibreYOLO training options as `key=value` words, e.g. `optimizer=adamw lr0=0.002 "
         "cache=ram`; over the YAML's `train:` mapping key by key; checked at start",
+    )
+    export: str = setting(
+        "",
+        _formats,
+        "after training, export best.pt to these LibreYOLO formats, e.g. `onnx,torchscript`, "
+        "into `runs/RUN_NAME/export/` (uploaded too); a failed export leaves the exit at 0",
     )
     allow_options_change: bool = setting(
         False, _bool, "resume a run from the Hub even if its training options differ"

@@ -17,6 +17,7 @@ from . import (
     __version__,
     dataset,
     distributed,
+    export,
     hub,
     lock,
     options,
@@ -47,7 +48,9 @@ def run(cfg: Config) -> int:
         cfg.run_name,
         cfg.device,
     )
-    options.effective(cfg)  # LibreYOLO's options, checked before anything is touched
+    # LibreYOLO's options and export formats, checked before anything is touched.
+    options.effective(cfg)
+    export.check(cfg)
     with lock.volume(cfg.workspace, cfg.node_rank):
         # The resolved job shape, for every program, rank and SSH session started from here.
         os.environ.update(

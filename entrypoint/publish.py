@@ -60,6 +60,7 @@ def publish(run_dir: Path, epoch: int, *, failed: bool = False) -> dict[str, Any
         sources += [out / name for name in before["files"] if name.endswith(".pt")]
     else:
         sources += sorted((run_dir / "weights").glob("*.pt"))
+        sources += sorted((run_dir / "export").glob("*"))  # EXPORT's files, after training
     files = {}
     for source in sources:
         if not source.is_file():

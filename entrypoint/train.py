@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from . import distributed, options, preflight, weights
+from . import distributed, export, options, preflight, weights
 from .config import Config
 from .dataset import data_yaml
 from .errors import ExitCode, TrainboxError
@@ -136,6 +136,8 @@ def train(cfg: Config) -> None:
         callbacks=[EpochLog(), Publisher()] if distributed.rank() == 0 else [],
     )
     log.info("training completed: weights in %s", cfg.run_dir / "weights")
+    if distributed.rank() == 0:
+        export.run(cfg)
 
 
 def main(cfg: Config) -> int:

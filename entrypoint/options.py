@@ -10,6 +10,7 @@ family ``MODEL`` resolves to (``libreyolo/training/config.py``), its aliases (``
 Options trainbox sets itself are refused with the setting to use instead.
 """
 
+import re
 import shlex
 import types
 import typing
@@ -20,6 +21,8 @@ import yaml
 
 from .config import Config
 from .errors import ExitCode, TrainboxError
+
+LOGGERS = "loggers"  # LibreYOLO's experiment loggers: a train() argument beside its config
 
 # LibreYOLO's options that trainbox sets from its own settings, and the setting to use instead.
 OWNED = {
@@ -118,11 +121,44 @@ def _fits(value: Any, kind: Any) -> bool:
     return True  # an annotation this check does not know: LibreYOLO's validators decide
 
 
+def _check_loggers(value: Any, where: str) -> None:
+    """LibreYOLO's ``loggers=`` (a ``train()`` argument, not a config field): each a name it
+    knows, with its package in the image. The Hub logger (``hf:ORG/REPO``) is not built here:
+    building it asks the Hub for the token's rights."""
+    from libreyolo.training.loggers import resolve_loggers
+
+    names = value if isinstance(value, list) else [value]
+    for name in names:
+        if not isinstance(name, str) or not name.strip():
+            raise _fail(where, f"loggers={value!r}: expected logger names, e.g. tensorboard")
+        if name.strip().lower().startswith(("hf:", "huggingface:")):
+            if "/" not in name:
+                raise _fail(where, f"loggers={name}: expected hf:ORG/REPO")
+            continue
+        try:
+            resolve_loggers(name)
+        except ImportError as err:
+            package = re.search(r"requires the '([^']+)' package", str(err))
+            needed = package[1] if package else name
+            raise _fail(
+                where,
+                f"loggers={name} needs the {needed} package, not in this image: build it with "
+                f"EXTRA_PACKAGES={needed}",
+            ) from None
+        except ValueError as err:
+            raise _fail(where, str(err)) from None
+
+
 def effective(cfg: Config) -> dict[str, Any]:
     """The training options LibreYOLO will be given, checked; a bad one raises one line."""
     wanted, where = requested(cfg)
     if not wanted:
         return {}
+    loggers = {LOGGERS: wanted.pop(LOGGERS)} if LOGGERS in wanted else {}
+    if loggers:
+        _check_loggers(loggers[LOGGERS], where[LOGGERS])
+        if not wanted:
+            return loggers
     for key in wanted:
         if key in OWNED:
             raise _fail(f"{where[key]}", f"{key} is set by trainbox: use {OWNED[key]}")
@@ -155,7 +191,7 @@ def effective(cfg: Config) -> dict[str, Any]:
     except (ValueError, TypeError) as err:
         first = str(err).strip().splitlines()[0]
         raise _fail("TRAIN_ARGS" if "TRAIN_ARGS" in where.values() else "train", first) from None
-    return options
+    return {**options, **loggers}
 
 
 def _shown(kind: Any) -> str:

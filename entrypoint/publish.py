@@ -61,6 +61,7 @@ def publish(run_dir: Path, epoch: int, *, failed: bool = False) -> dict[str, Any
     else:
         sources += sorted((run_dir / "weights").glob("*.pt"))
         sources += sorted((run_dir / "export").glob("*"))  # EXPORT's files, after training
+        sources += sorted((run_dir / "tensorboard").glob("*"))  # loggers=tensorboard's events
     files = {}
     for source in sources:
         if not source.is_file():

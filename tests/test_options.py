@@ -11,7 +11,8 @@ import pytest
 
 from entrypoint import config, options, resume
 from entrypoint.errors import ExitCode, TrainboxError
-from tests.hub import Hub
+from tests.conftest import trainbox
+from tests.hub import GOOD_TOKEN, Hub
 
 DEMO = {"MODEL": "LibreYOLO9t.pt", "PRETRAINED": "false"}
 
@@ -125,3 +126,38 @@ def test_trainbox_config_prints_the_effective_training_options(tmp_path: Path) -
     assert "train.optimizer=sgd" in lines  # LibreYOLO's default for the YOLO9 family
     assert not any(line.startswith(("train.epochs=", "train.data=")) for line in lines)
     json.dumps(options.defaults("LibreYOLO9t.pt"), default=str)  # printable
+
+
+def test_loggers_are_libreyolos_with_their_package_in_the_image(tmp_path: Path) -> None:
+    assert options.effective(load(tmp_path, TRAIN_ARGS="loggers=tensorboard lr0=0.01")) == {
+        "lr0": 0.01,
+        "loggers": "tensorboard",
+    }
+    assert refusal(load(tmp_path, TRAIN_ARGS="loggers=wandb")) == (
+        "TRAIN_ARGS: loggers=wandb needs the wandb package, not in this image: build it with "
+        "EXTRA_PACKAGES=wandb"
+    )
+    assert "Unknown logger 'nope'" in refusal(
+        load(tmp_path, TRAIN_ARGS="loggers=[tensorboard,nope]")
+    )
+    # The Hub logger is not built at start (that asks the Hub); its form is checked.
+    assert options.effective(load(tmp_path, TRAIN_ARGS="loggers=hf:org/metrics")) == {
+        "loggers": "hf:org/metrics"
+    }
+    assert "expected hf:ORG/REPO" in refusal(load(tmp_path, TRAIN_ARGS="loggers=hf:metrics"))
+
+
+def test_tensorboard_events_reach_the_run_folder_and_the_hub(tmp_path: Path, hub: Hub) -> None:
+    """A whole `trainbox run` of the demo with LibreYOLO's TensorBoard logger."""
+    env = {"WORKSPACE": str(tmp_path / "ws"), "DEVICE": "cpu", "EPOCHS": "1", "MONITOR": "false",
+           "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_TOKEN": GOOD_TOKEN,
+           "OUTPUT_REPO": "org/weights", "UPLOAD_INTERVAL": "1",
+           "TRAIN_ARGS": "loggers=tensorboard"}  # fmt: skip
+    done = trainbox("run", env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    events = sorted(p.name for p in (tmp_path / "ws/runs/run/tensorboard").glob("events.*"))
+    assert events
+    on_hub = hub.repos["models/org/weights"].files
+    assert all(f"run/{name}" in on_hub for name in events)
+    manifest = json.loads(on_hub["run/manifest.json"])
+    assert manifest["train_options"] == {"loggers": "tensorboard"}

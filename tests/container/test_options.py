@@ -38,3 +38,19 @@ def test_train_args_reach_libreyolo_and_the_manifest_and_a_changed_resume_is_ref
         assert "ALLOW_OPTIONS_CHANGE=true" in line
     finally:
         docker("volume", "rm", "-f", f"{volume}-2")
+
+
+def test_export_onnx_leaves_a_loadable_model_in_the_run_and_on_the_hub(
+    image: str, volume: str, hub: Hub, tmp_path
+) -> None:
+    import onnx
+
+    done = run_container(image, volume, env=env_for(hub, EPOCHS="1", EXPORT="onnx"))
+    assert done.returncode == 0, logs(done)[-3000:]
+    listed = in_volume(image, volume, "ls", "/workspace/runs/run/export").split()
+    assert listed == ["best.onnx"]
+    held = hub.repos[f"models/{REPO}"].files["run/best.onnx"]
+    (tmp_path / "best.onnx").write_bytes(held)
+    onnx.checker.check_model(onnx.load(tmp_path / "best.onnx"))  # loadable, on the host
+    state = json.loads(in_volume(image, volume, "trainbox", "status", "--json"))
+    assert state["export"] == {"onnx": "export/best.onnx"} and state["exit_code"] == 0

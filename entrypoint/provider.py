@@ -50,7 +50,9 @@ def request(
     action = action or cfg.on_exit
     if environ.get("CONTAINER_ID") and environ.get("CONTAINER_API_KEY"):
         url = f"{cfg.vast_api_url.rstrip('/')}/api/v0/instances/{environ['CONTAINER_ID']}/"
-        method, body = ("PUT", {"state": "stopped"}) if action == "stop" else ("DELETE", {})
+        # vast.ai's own OpenAPI (tests/providers): stop is a PUT of the state; destroy a DELETE
+        # without a body.
+        method, body = ("PUT", {"state": "stopped"}) if action == "stop" else ("DELETE", None)
         return Request("vast.ai", method, url, body, environ["CONTAINER_API_KEY"])
     if environ.get("RUNPOD_POD_ID") and environ.get("RUNPOD_API_KEY"):
         url = f"{cfg.runpod_api_url.rstrip('/')}/v2/pods/{environ['RUNPOD_POD_ID']}"

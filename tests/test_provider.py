@@ -12,34 +12,57 @@ from types import SimpleNamespace
 
 import jsonschema
 import pytest
+import yaml
 
 from entrypoint.errors import ExitCode
 from tests.conftest import REPO, trainbox
 from tests.hub import GOOD_TOKEN, Fault, Hub
 
-RUNPOD_SPEC = json.loads((REPO / "tests" / "providers" / "runpod-openapi-v2.json").read_text())
+PROVIDERS = REPO / "tests" / "providers"
+RUNPOD_SPEC = json.loads((PROVIDERS / "runpod-openapi-v2.json").read_text())
+# vast.ai's own descriptions of the two requests ON_EXIT makes (vendored, see their headers).
+VAST_SPECS = [yaml.safe_load((PROVIDERS / f"vastai-{name}-instance.yaml").read_text())
+              for name in ("stop", "destroy")]  # fmt: skip
 
 
-def runpod_answers(method: str, path: str, body: object) -> int:
-    """The status RunPod's REST v2 answers, by its own OpenAPI document (vendored): 404 for a
-    route it does not have (v1's among them), 422 for a body its schema refuses, else the
-    operation's success code (200 for a pod action, 204 for a delete). It simplifies: every
-    pod exists and every action is allowed in its state (no 409)."""
-    for template, item in RUNPOD_SPEC["paths"].items():
-        if re.fullmatch(re.sub(r"\{[^}]+\}", "[^/]+", template), path) and method.lower() in item:
+def answers(specs: list[dict], method: str, path: str, body: object, refused: int) -> int:
+    """The status a provider answers, by its own OpenAPI documents: 404 for a route they do
+    not have, ``refused`` for a body the operation's schema refuses or a body where the
+    operation takes none, else the operation's success code."""
+    for spec in specs:
+        for template, item in spec["paths"].items():
+            if not re.fullmatch(re.sub(r"\{[^}]+\}", "[^/]+", template), path):
+                continue
+            if method.lower() not in item:
+                continue
             operation = item[method.lower()]
             content = operation.get("requestBody", {}).get("content", {})
             if schema := content.get("application/json", {}).get("schema"):
-                found = {**schema, "components": RUNPOD_SPEC["components"]}
+                found = {**schema, "components": spec.get("components", {})}
                 if not jsonschema.Draft202012Validator(found).is_valid(body):
-                    return 422
+                    return refused
+            elif body is not None:
+                return refused
             return min(int(code) for code in operation["responses"] if code.startswith("2"))
     return 404
 
 
+def runpod_answers(method: str, path: str, body: object) -> int:
+    """RunPod's REST v2 (its OpenAPI document): 404 for a route it does not have (v1's among
+    them), 422 for a body its schema refuses, else 200 for a pod action, 204 for a delete.
+    It simplifies: every pod exists and every action is allowed in its state (no 409)."""
+    return answers([RUNPOD_SPEC], method, path, body, 422)
+
+
+def vast_answers(method: str, path: str, body: object) -> int:
+    """vast.ai's instances API (its OpenAPI descriptions of stop and destroy): 400 for a body
+    they refuse, else 200. It simplifies: every instance exists."""
+    return answers(VAST_SPECS, method, path, body, 400)
+
+
 class Provider:
     """A stand-in for the providers' APIs on 127.0.0.1: records every request; RunPod's routes
-    (``/v2/...``) answer as ``runpod_answers`` says, vast.ai's 200."""
+    answer as ``runpod_answers`` says, vast.ai's (``/api/...``) as ``vast_answers``."""
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, str, str, object]] = []
@@ -52,8 +75,9 @@ class Provider:
                 provider.requests.append(
                     (self.command, self.path, self.headers.get("Authorization", ""), body)
                 )
-                status = 200
-                if self.path.startswith(("/v1/", "/v2/")):
+                if self.path.startswith("/api/"):
+                    status = vast_answers(self.command, self.path, body)
+                else:
                     status = runpod_answers(self.command, self.path, body)
                 answer = b"" if status == 204 else b"{}"
                 self.send_response(status)
@@ -114,7 +138,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Hub, Pat
 @pytest.mark.parametrize(
     ("action", "machine", "expected"),
     [
-        ("destroy", VAST, ("DELETE", "/api/v0/instances/4242/", "Bearer vast-key-123", {})),
+        ("destroy", VAST, ("DELETE", "/api/v0/instances/4242/", "Bearer vast-key-123", None)),
         ("stop", RUNPOD, ("POST", "/v2/pods/pod7/action", "Bearer rp-key-456",
                           {"action": "stop"})),
         ("destroy", RUNPOD, ("DELETE", "/v2/pods/pod7", "Bearer rp-key-456", None)),
@@ -140,6 +164,15 @@ def test_the_runpod_stand_in_answers_by_runpods_own_openapi() -> None:
     assert runpod_answers("POST", "/v2/pods/pod7/action", {"action": "halt"}) == 422
     assert runpod_answers("POST", "/v2/pods/pod7/action", {"action": "stop", "x": 1}) == 422
     assert runpod_answers("DELETE", "/v2/pods/pod7", None) == 204
+
+
+def test_the_vast_stand_in_answers_by_vasts_own_openapi() -> None:
+    assert vast_answers("PUT", "/api/v0/instances/4242/", {"state": "stopped"}) == 200
+    assert vast_answers("PUT", "/api/v0/instances/4242/", {"state": "paused"}) == 400
+    assert vast_answers("PUT", "/api/v0/instances/4242/", {}) == 400
+    assert vast_answers("DELETE", "/api/v0/instances/4242/", None) == 200
+    assert vast_answers("DELETE", "/api/v0/instances/4242/", {}) == 400  # it takes no body
+    assert vast_answers("POST", "/api/v0/instances/4242/stop", None) == 404
 
 
 def test_an_unverified_upload_sends_nothing_and_says_so(

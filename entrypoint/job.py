@@ -153,13 +153,18 @@ def _prepare(cfg: Config) -> int | None:
             "OUTPUT_REPO is not set: the weights stay on this volume only; if the "
             "machine goes, they go with it"
         )
-    # The start weights: checked now (one request), fetched while the dataset stages; not
-    # needed when the run goes on from a checkpoint.
-    found = None if resume.has_checkpoint(cfg) else weights.check(cfg)
+    # The start weights (none when the run goes on from a checkpoint): asked for before a
+    # Hub dataset's long download and fetched meanwhile; after a local one's quick check.
+    found = None if resume.has_checkpoint(cfg) else weights.source(cfg)
     status.record(cfg.workspace, "staging")
-    start = weights.Background(cfg, found)
-    dataset.stage(cfg)
-    start.result()
+    if cfg.dataset_repo:
+        weights.check(cfg, found)
+        start = weights.Background(cfg, found)
+        dataset.stage(cfg)
+        start.result()
+    else:
+        dataset.stage(cfg)
+        weights.fetch(cfg, found)
     manifest = publish.provenance(cfg, verdict, dataset.identity(cfg))
     if previous:  # the Hub keeps the run's manifest until the resume is known to be right
         resume.check_dataset(cfg, previous, manifest)

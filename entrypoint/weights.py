@@ -83,13 +83,11 @@ def source(cfg: Config) -> Source | None:
     return Source(target, cfg.workspace / FOLDER / target.repo / target.name)
 
 
-def check(cfg: Config) -> Source | None:
-    """Before staging: the start weights exist where MODEL says (one metadata request)."""
-    found = source(cfg)
+def check(cfg: Config, found: Source | None) -> None:
+    """Before a long staging: the start weights exist where MODEL says (one metadata request)."""
     pending = found and found.target and not found.path.is_file()
     if pending and hub.locate(found.target, wait=cfg.hub_wait) is None:
         raise _missing(cfg, found.target)
-    return found
 
 
 def _missing(cfg: Config, target: hub.Target) -> TrainboxError:

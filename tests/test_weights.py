@@ -61,17 +61,20 @@ def on_hub(hub: Hub, monkeypatch: pytest.MonkeyPatch) -> Hub:
 
 def test_fetched_once_through_the_gateway(tmp_path: Path, on_hub: Hub) -> None:
     cfg = load(tmp_path, MODEL="hf://org/w/run/best.pt", HUB_WAIT="2")
-    path = weights.fetch(cfg, weights.check(cfg))
+    found = weights.source(cfg)
+    weights.check(cfg, found)
+    path = weights.fetch(cfg, found)
     assert path.read_bytes() == CHECKPOINT and weights.local(cfg) == path
     asked = len(on_hub.requests)
-    assert weights.fetch(cfg, weights.check(cfg)) == path  # a restart: on the volume already
+    weights.check(cfg, weights.source(cfg))  # a restart: on the volume already
+    assert weights.fetch(cfg, weights.source(cfg)) == path
     assert len(on_hub.requests) == asked
 
 
 def test_a_missing_file_ends_before_staging_with_its_line(tmp_path: Path, on_hub: Hub) -> None:
     cfg = load(tmp_path, MODEL="hf://org/w/run/nope.pt", HUB_WAIT="2")
     with pytest.raises(TrainboxError) as caught:
-        weights.check(cfg)
+        weights.check(cfg, weights.source(cfg))
     assert caught.value.code == ExitCode.DATASET
     assert str(caught.value) == (
         "MODEL=hf://org/w/run/nope.pt: run/nope.pt is not in the Hub model repo org/w (or the "
@@ -109,3 +112,18 @@ def test_the_weights_download_while_the_dataset_stages(
     assert any(both), "the two downloads never overlapped"
     assert (tmp_path / "ws/weights/org/w/run/best.pt").read_bytes() == CHECKPOINT
     assert [s.name for s in on_hub.served].count("run/best.pt") == 1
+
+
+def test_a_local_dataset_is_checked_before_the_hub_is_asked_for_weights(
+    tmp_path: Path, on_hub: Hub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DATA in the container is checked in an instant; the start weights come after it."""
+    for name, value in {"WORKSPACE": str(tmp_path / "ws"), "DEVICE": "cpu",
+                        "DATA": str(tmp_path / "no.yaml"), "MODEL": "LibreYOLO9s.pt",
+                        "HF_ENDPOINT": on_hub.url}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    asked = len(on_hub.requests)
+    with pytest.raises(TrainboxError) as caught:
+        job._prepare(config.load())
+    assert caught.value.code == ExitCode.DATASET and "DATA=" in str(caught.value)
+    assert len(on_hub.requests) == asked

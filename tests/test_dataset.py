@@ -275,9 +275,18 @@ def test_a_stalled_staging_on_another_node_ends_that_node_by_its_own_watchdog(
     forever): its stuck download ends with exit 9, and its health check says why."""
     hub.faults.append(Fault("shapes.tar", stall_after=len(packed) // 2, times=99, methods=("GET",)))
     workspace = tmp_path / "node1"
-    settings = {"DEVICE": "cpu", "SKYPILOT_NUM_NODES": "2", "SKYPILOT_NODE_RANK": "1",
-                "OUTPUT_REPO": "org/weights", "HF_TOKEN": GOOD_TOKEN, "STALL_TIMEOUT": "6",
-                "NODE_RANK": "", "NNODES": ""}  # fmt: skip
+    settings = {
+        "DEVICE": "cpu",
+        "SKYPILOT_NUM_NODES": "2",
+        "SKYPILOT_NODE_RANK": "1",
+        "OUTPUT_REPO": "org/weights",
+        "HF_TOKEN": GOOD_TOKEN,
+        "STALL_TIMEOUT": "6",
+        "NODE_RANK": "",
+        "NNODES": "",
+        "MODEL": "LibreYOLO9t.pt",
+        "PRETRAINED": "false",
+    }  # fmt: skip  (no start weights: the test Hub has none)
     started = time.monotonic()
     result = trainbox("run", env=env_for(hub, workspace, **settings), timeout=120)
     assert result.returncode == ExitCode.STALLED, result.stderr[-3000:]

@@ -37,10 +37,14 @@ def loads(path: Path) -> bool:
     return True
 
 
+def _last(cfg: Config) -> tuple[Path, Path]:
+    """This volume's checkpoints of the run: weights/last.pt and its published copy."""
+    return cfg.run_dir / "weights" / "last.pt", published(cfg.run_dir) / "last.pt"
+
+
 def checkpoint(cfg: Config) -> Path | None:
     """The checkpoint an interrupted run resumes from, put back in weights/; None: start anew."""
-    last = cfg.run_dir / "weights" / "last.pt"
-    copy = published(cfg.run_dir) / "last.pt"
+    last, copy = _last(cfg)
     if run_state(cfg.run_dir) == "completed" or not (last.is_file() or copy.is_file()):
         return None
     if last.is_file() and loads(last):
@@ -56,8 +60,7 @@ def checkpoint(cfg: Config) -> Path | None:
 
 def has_checkpoint(cfg: Config) -> bool:
     """This volume holds a checkpoint of the run (it goes on from there, not from MODEL)."""
-    copies = (cfg.run_dir / "weights" / "last.pt", published(cfg.run_dir) / "last.pt")
-    return run_state(cfg.run_dir) != "completed" and any(p.is_file() for p in copies)
+    return run_state(cfg.run_dir) != "completed" and any(p.is_file() for p in _last(cfg))
 
 
 def epoch_of(path: Path) -> int:
@@ -73,8 +76,7 @@ def epoch_of(path: Path) -> int:
 
 def local_epoch(cfg: Config) -> int:
     """The epochs of the newest checkpoint on this volume that loads (0: none)."""
-    copies = (cfg.run_dir / "weights" / "last.pt", published(cfg.run_dir) / "last.pt")
-    return max(epoch_of(path) for path in copies)
+    return max(epoch_of(path) for path in _last(cfg))
 
 
 def _on_hub(cfg: Config, name: str) -> hub.Target:

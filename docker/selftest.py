@@ -1,7 +1,7 @@
 """Build-time self-test: the image must hold exactly the torch build it was asked for.
 
 Fails the build (exit 1, one line) when torch's version or CUDA build differs from the
-build args, or when libreyolo or trainbox do not import.
+build args, or when OpenCV, libreyolo or trainbox do not import.
 """
 
 import os
@@ -19,11 +19,13 @@ if base_version != want_torch or cuda != want_cuda:
         "that build and TORCH_CUDA to its CUDA version"
     )
 
+import cv2  # noqa: E402  OpenCV's headless build, in place of the one libreyolo asks for
 import libreyolo  # noqa: E402
 
 import entrypoint  # noqa: E402
 
 print(
-    f"selftest: torch {torch.__version__} (CUDA {cuda}), libreyolo {libreyolo.__version__}, "
+    f"selftest: torch {torch.__version__} (CUDA {cuda}), OpenCV {cv2.__version__}, "
+    f"libreyolo {libreyolo.__version__}, "
     f"trainbox {entrypoint.__version__}: ok"
 )

@@ -7,6 +7,7 @@ fifos. It reads the stream once, in order, so a download can feed it with no tar
 
 import ctypes
 import hashlib
+import io
 import os
 import shutil
 import tarfile
@@ -14,6 +15,7 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from .errors import ExitCode, TrainboxError
 
@@ -150,10 +152,63 @@ class Reader:
             size -= take if size > 0 else 0
         return b"".join(parts)
 
+    def peek(self) -> None:
+        """Receive the first chunk, so that ``compressed`` is known."""
+        if not self._chunk:
+            self._next()
+
+    def tell(self) -> int:
+        return self.size - len(self._chunk)
+
+    def seek(self, position: int, whence: int = 0) -> int:
+        """Forward only (tarfile's reader goes from one header to the next): skip to
+        ``position``, or to the end of the stream if it comes first."""
+        if whence != 0 or position < self.tell():
+            raise io.UnsupportedOperation("a download seeks forward only")
+        while position > self.tell() and (self._chunk or self._next()):
+            self._chunk = self._chunk[position - self.tell() :]
+        return self.tell()
+
+    def view(self, size: int) -> memoryview:
+        """Up to ``size`` bytes of the current chunk, with no copy; empty at the end."""
+        if not self._chunk and not self._next():
+            return memoryview(b"")
+        view, self._chunk = self._chunk[:size], self._chunk[size:]
+        return view
+
+    def section(self, member: tarfile.TarInfo) -> "_Section":
+        """A file-like reader of ``member``'s bytes, which start where the stream is now."""
+        self.seek(member.offset_data)
+        return _Section(self, member.size)
+
     def drain(self) -> None:
         """Read to the end (the tar's trailing padding), so the hash covers every byte."""
         while self.read(BUFFER):
             pass
+
+
+class _Section:
+    """``size`` bytes of a ``Reader``, as memoryviews of its chunks."""
+
+    def __init__(self, reader: Reader, size: int) -> None:
+        self.reader, self.left = reader, size
+
+    def read(self, size: int = -1) -> memoryview:
+        if not self.left:
+            return memoryview(b"")
+        view = self.reader.view(self.left if size < 0 else min(size, self.left))
+        if not view:
+            raise EOFError("unexpected end of data")
+        self.left -= len(view)
+        return view
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(BUFFER):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _inside(root: Path, path: Path) -> bool:
@@ -188,40 +243,29 @@ def extract(
 
     For a plain tar, ``checkpoint(offset, members)`` is called after each member: every byte
     before ``offset`` is extracted, and a restart can stream from there.
+
+    A plain tar is read by tarfile's random-access reader over ``reader`` (which seeks forward
+    only), and each file's bytes go from the downloaded chunks to the disk with no copy; its
+    stream mode (``r|``) copied every byte three to four times through its buffers, which made
+    staging CPU-bound: 1.65 s of user CPU per GB against 0.1 for ``curl | tar -x``, measured
+    here on 4 GB.
     """
     root = dest.resolve()
     count = members
-    start = reader.size
     try:
-        with tarfile.open(fileobj=reader, mode="r|*", bufsize=BUFFER) as tar:
+        reader.peek()
+        if reader.compressed:
+            tar = tarfile.open(fileobj=reader, mode="r|*", bufsize=BUFFER)  # noqa: SIM115 - with below
+            opened: Callable[[tarfile.TarInfo], Any] = tar.extractfile
+        else:
+            tar = tarfile.TarFile(fileobj=reader, mode="r")
+            opened = reader.section
+        with tar:
             for member in tar:
-                target = _target(root, member.name)
-                if member.isdir():
-                    target.mkdir(parents=True, exist_ok=True)
-                elif member.isfile():
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    _replace(target)
-                    with open(target, "wb") as out:
-                        shutil.copyfileobj(tar.extractfile(member), out, BUFFER)
-                    target.chmod(0o644 | (member.mode & 0o111))
-                elif member.issym():
-                    link = (target.parent.resolve() / member.linkname).resolve()
-                    if Path(member.linkname).is_absolute() or not _inside(root, link):
-                        raise UnsafeArchive(member.name, f"links outside ({member.linkname!r})")
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    _replace(target)
-                    target.symlink_to(member.linkname)
-                elif member.islnk():
-                    source = _target(root, member.linkname)
-                    if not source.is_file() or not _inside(root, source.resolve()):
-                        raise UnsafeArchive(member.name, f"links outside ({member.linkname!r})")
-                    _replace(target)
-                    os.link(source, target)
-                else:
-                    raise UnsafeArchive(member.name, "is a device, fifo or other special file")
+                _place(root, member, opened)
                 count += 1
                 if checkpoint and not reader.compressed:
-                    checkpoint(start + tar.offset, count)
+                    checkpoint(tar.offset, count)
     except (tarfile.TarError, EOFError, zlib.error) as err:
         raise TrainboxError(
             f"the dataset tar is truncated or corrupt ({err}); upload it again", ExitCode.DATASET
@@ -230,19 +274,88 @@ def extract(
     return count
 
 
-def pack(folder: Path, out: Path) -> None:
-    """Write ``folder`` as a tar whose bytes depend on the files alone: sorted names, no
-    owners, fixed times and modes. Members are prefixed with the folder's name."""
+def _place(root: Path, member: tarfile.TarInfo, opened: Callable[[tarfile.TarInfo], Any]) -> None:
+    """Write one member under ``root``, or refuse it; ``opened(member)`` reads a file's bytes."""
+    target = _target(root, member.name)
+    if member.isdir():
+        target.mkdir(parents=True, exist_ok=True)
+    elif member.issparse():
+        raise UnsafeArchive(member.name, "is a sparse file, which staging does not extract")
+    elif member.isfile():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _replace(target)
+        with open(target, "wb") as out:
+            shutil.copyfileobj(opened(member), out, BUFFER)
+        target.chmod(0o644 | (member.mode & 0o111))
+    elif member.issym():
+        link = (target.parent.resolve() / member.linkname).resolve()
+        if Path(member.linkname).is_absolute() or not _inside(root, link):
+            raise UnsafeArchive(member.name, f"links outside ({member.linkname!r})")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _replace(target)
+        target.symlink_to(member.linkname)
+    elif member.islnk():
+        source = _target(root, member.linkname)
+        if not source.is_file() or not _inside(root, source.resolve()):
+            raise UnsafeArchive(member.name, f"links outside ({member.linkname!r})")
+        _replace(target)
+        os.link(source, target)
+    else:
+        raise UnsafeArchive(member.name, "is a device, fifo or other special file")
 
-    def normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:
-        info.uid = info.gid = 0
-        info.uname = info.gname = ""
-        info.mtime = 0
-        info.mode = 0o755 if info.isdir() or info.mode & 0o111 else 0o644
-        return info
 
-    paths = sorted(folder.rglob("*"), key=lambda p: p.relative_to(folder).parts)
+def _normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    """No owners, fixed times and modes: a tar's bytes depend on the files alone."""
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.mtime = 0
+    info.mode = 0o755 if info.isdir() or info.mode & 0o111 else 0o644
+    return info
+
+
+def members(folder: Path) -> list[Path]:
+    """What a pack of ``folder`` holds, in its order: every path under it, sorted by parts."""
+    return sorted(folder.rglob("*"), key=lambda p: p.relative_to(folder).parts)
+
+
+def _arcname(folder: Path, path: Path) -> str:
+    return str(Path(folder.name) / path.relative_to(folder))
+
+
+def pack(folder: Path, out: Path, paths: list[Path] | None = None) -> None:
+    """Write ``folder`` (or only ``paths`` under it, in that order) as a deterministic tar.
+    Members are prefixed with the folder's name."""
     with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
-        for path in paths:
-            arcname = str(Path(folder.name) / path.relative_to(folder))
-            tar.add(path, arcname=arcname, recursive=False, filter=normalise)
+        for path in members(folder) if paths is None else paths:
+            tar.add(path, arcname=_arcname(folder, path), recursive=False, filter=_normalise)
+
+
+def _cost(tar: tarfile.TarFile, folder: Path, path: Path) -> int:
+    """The bytes ``path`` takes in ``tar`` when added next: its header(s), as ``addfile``
+    writes them, and its data padded to whole blocks."""
+    info = _normalise(tar.gettarinfo(path, arcname=_arcname(folder, path)))
+    data = -(-info.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE if info.isreg() else 0
+    return len(info.tobuf(tar.format, tar.encoding, tar.errors)) + data
+
+
+def split(folder: Path, shard_size: int) -> list[list[Path]]:
+    """``members(folder)`` cut into shards of whole files, in order: a shard takes members while
+    their bytes in the tar (headers and padding, as ``_cost``) stay within ``shard_size``; the
+    tar's end-of-archive blocks are not counted. A member larger than that gets a shard of its
+    own. Each shard is packed by a fresh tar, so a hard link never points into another shard."""
+
+    def fresh() -> tarfile.TarFile:  # only its gettarinfo is used, as a shard's tar would
+        return tarfile.open(fileobj=io.BytesIO(), mode="w", format=tarfile.PAX_FORMAT)
+
+    shards: list[list[Path]] = []
+    current: list[Path] = []
+    used, tar = 0, fresh()
+    for path in members(folder):
+        cost = _cost(tar, folder, path)
+        if current and used + cost > shard_size:
+            shards.append(current)
+            current, used, tar = [], 0, fresh()
+            cost = _cost(tar, folder, path)
+        current.append(path)
+        used += cost
+    return [*shards, current] if current else shards

@@ -154,9 +154,15 @@ class Config:
         "path of a YOLO `data.yaml` in the container; empty trains the built-in demo",
     )
     dataset_repo: str = setting(
-        "", _repo, "Hub dataset repo `ORG/NAME` holding the dataset as one tar; staged once"
+        "",
+        _repo,
+        "Hub dataset repo `ORG/NAME` holding the dataset as one tar or as shards; staged once",
     )
-    dataset_file: str = setting("", _text, "the tar in DATASET_REPO; empty means `NAME.tar`")
+    dataset_file: str = setting(
+        "",
+        _text,
+        "the tar, or the shard index, in DATASET_REPO; empty: `NAME.tar`, else `NAME.shards.json`",
+    )
     dataset_revision: str = setting("main", _text, "branch, tag or commit of DATASET_REPO")
     doctor: bool = setting(
         True, _bool, "check the dataset with `libreyolo doctor` before training; errors stop"
@@ -166,6 +172,9 @@ class Config:
         _int_at_least(0),
         "seconds between staging checkpoints: a restart resumes a cut download at the last one, "
         "not at byte 0; `0`: never",
+    )
+    stage_parallel: int = setting(
+        4, _int_at_least(1), "shards of a sharded dataset downloaded and extracted at once"
     )
     output_repo: str = setting(
         "",
@@ -322,11 +331,6 @@ class Config:
     def is_demo(self) -> bool:
         """True when no dataset is configured and the built-in demo trains."""
         return not (self.data or self.dataset_repo)
-
-    @property
-    def dataset_tar(self) -> str:
-        """The tar to stage from DATASET_REPO."""
-        return self.dataset_file or f"{self.dataset_repo.rpartition('/')[2]}.tar"
 
 
 KEYS = tuple(f.name for f in fields(Config))  # the YAML's keys

@@ -1,9 +1,10 @@
 """Stage the training data on the volume, once: from the Hub, a mounted data.yaml, or the demo.
 
-A Hub dataset is one tar in a dataset repo. It is streamed from the Hub straight into a
-hidden folder beside its final place (the tar is never stored, its sha256 is checked on the
-way), checked by ``libreyolo doctor``, then renamed into place with a marker naming the
-commit it came from. A restart with the same commit finds the marker and fetches nothing.
+A Hub dataset is one tar in a dataset repo, or shards listed by an index (``shards``). Each
+tar is streamed from the Hub straight into a hidden folder beside its final place (no tar is
+stored, each sha256 is checked on the way; STAGE_PARALLEL of them at once), the whole is
+checked by ``libreyolo doctor``, then renamed into place with a marker naming the commit it
+came from. A restart with the same commit finds the marker and fetches nothing.
 """
 
 import errno
@@ -14,12 +15,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
 
-from . import archive, hub, status
+from . import archive, hub, shards, status
 from .atomic import write_atomic
 from .config import Config
 from .errors import ExitCode, TrainboxError
@@ -87,35 +91,34 @@ def stage(cfg: Config) -> Path:
 def _stage_from_hub(cfg: Config) -> Path:
     target = folder(cfg)
     marker = read_marker(target)
-    wanted = {"repo": cfg.dataset_repo, "file": cfg.dataset_tar, "revision": cfg.dataset_revision}
-    staged = bool(marker) and all(marker.get(key) == value for key, value in wanted.items())
+    files = (cfg.dataset_file,) if cfg.dataset_file else shards.defaults(cfg.dataset_repo)
+    staged = bool(marker) and (marker.get("repo"), marker.get("revision")) == (
+        cfg.dataset_repo, cfg.dataset_revision) and marker.get("file") in files  # fmt: skip
     try:
         # With a staged copy, don't wait on retries: it can be trained on as it is.
-        remote = hub.remote_file(
-            hub.Target("DATASET_REPO", cfg.dataset_repo, cfg.dataset_tar, cfg.dataset_revision),
-            wait=0 if staged else cfg.hub_wait,
-        )
+        source = shards.resolve(cfg.dataset_repo, cfg.dataset_file, cfg.dataset_revision,
+                                wait=0 if staged else cfg.hub_wait)  # fmt: skip
     except hub.Unreachable as err:
         if not staged:
             raise
         log.warning("%s; training on the copy staged from commit %s", err, marker["commit"])
         return target / marker["data_yaml"]
-    if staged and marker.get("commit") == remote.commit:
-        log.info("dataset %s@%s already staged in %s", remote.repo, remote.commit[:12], target)
+    if staged and (marker.get("commit"), marker.get("file")) == (source.commit, source.file):
+        log.info("dataset %s@%s already staged in %s", source.repo, source.commit[:12], target)
         return target / marker["data_yaml"]
-    _check_space(cfg.workspace, remote.size)
-    return _download(remote, target, cfg)
+    return _download(source, target, cfg)
 
 
-def _check_space(workspace: Path, size: int) -> None:
+def _check_space(workspace: Path, size: int, left: int) -> None:
+    """Room for the ``left`` bytes still to extract (of ``size``), plus the margin."""
     (workspace / "data").mkdir(parents=True, exist_ok=True)
-    need = int(size * SPACE_MARGIN)
+    need = int(left * SPACE_MARGIN)
     free = shutil.disk_usage(workspace).free
     if free < need:
         raise TrainboxError(
-            f"not enough space on {workspace}: the dataset needs about {_gb(need)} "
-            f"(a {_gb(size)} tar, extracted as it downloads, plus 15%) and {_gb(free)} is free; "
-            "give the volume more space",
+            f"not enough space on {workspace}: the dataset needs about {_gb(need)} more "
+            f"({_gb(left)} of its {_gb(size)} of tar still to extract as it downloads, plus 15%) "
+            f"and {_gb(free)} is free; give the volume more space",
             ExitCode.DISK,
         )
 
@@ -124,77 +127,36 @@ def _gb(size: int) -> str:
     return f"{size / 1e9:.2f} GB"
 
 
-def _download(remote: hub.RemoteFile, target: Path, cfg: Config) -> Path:
-    """Stream the tar into a hidden folder, verify, doctor, then swap it into place; return
-    the staged data.yaml. Every STAGE_CHECKPOINT seconds a restart point is saved."""
-    from tqdm import tqdm
-
+def _download(source: shards.Source, target: Path, cfg: Config) -> Path:
+    """Stream the tar(s), STAGE_PARALLEL at once, into a hidden folder, verify each, doctor
+    the whole, then swap it into place; return the staged data.yaml. Every STAGE_CHECKPOINT
+    seconds each tar's restart point is saved."""
     partial = target.with_name(f".{target.name}.partial")
-    resume = _resume_point(partial, remote)
-    if not resume:
+    book = _Checkpoints(partial, source, cfg.stage_checkpoint)
+    if not book.points:
         shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
-    log.info(
-        "staging %s/%s@%s (%s) into %s%s",
-        remote.repo,
-        remote.name,
-        remote.commit[:12],
-        _gb(remote.size),
-        target,
-        f", resuming at byte {resume['offset']} ({resume['members']} files already there)"
-        if resume
-        else "",
-    )
-    offset = resume.get("offset", 0)
+    _check_space(cfg.workspace, source.size, source.size - book.covered())
+    partial.mkdir(parents=True, exist_ok=True)
+    count = len(source.shards)
+    log.info("staging %s/%s@%s (%s%s) into %s%s", source.repo, source.file, source.commit[:12],
+             _gb(source.size), f" in {count} shards, {min(count, cfg.stage_parallel)} at once"
+             if source.sharded else "", target, book.describe())  # fmt: skip
     try:
-        with tqdm(
-            total=remote.size,
-            initial=offset,
-            unit="B",
-            unit_scale=True,
-            mininterval=2,
-            desc=f"download+extract {remote.name}",
-        ) as bar:
-            state = bytes.fromhex(resume["state"]) if resume else None
-            meter = status.Meter(cfg.workspace, remote.size, offset)
-
-            def progress(count: int) -> None:
-                bar.update(count)
-                meter(count)
-
-            reader = archive.Reader(
-                hub.stream(remote, offset, wait=cfg.hub_wait), progress, offset, state
-            )
-            saver = _Checkpoints(partial, remote, reader, cfg.stage_checkpoint)
-            members = archive.extract(reader, partial, resume.get("members", 0), saver)
-        digest = reader.hexdigest()
-        if reader.size != remote.size or remote.sha256 not in (None, digest):
-            raise TrainboxError(
-                f"{remote.name}: the download does not match the Hub's size and sha256; "
-                "start again",
-                ExitCode.DATASET,
-            )
-        (partial / RESUME).unlink(missing_ok=True)
-        found = _find_yaml(partial, remote.name)
+        with _Progress(cfg.workspace, source, book.covered()) as progress:
+            members = _fetch_all(source, partial, book, progress, cfg)
+        book.clear()
+        found = _find_yaml(partial, source.file)
         if cfg.doctor:
             _point(found, found.parent)
             doctor(found)
         relative = found.relative_to(partial)
         _point(found, (target / relative).parent)
-        marker = {
-            "repo": remote.repo,
-            "file": remote.name,
-            "revision": remote.revision,
-            "commit": remote.commit,
-            "sha256": digest,
-            "size": remote.size,
-            "members": members,
-            "data_yaml": str(relative),
-        }
+        marker = {**source.identity(), "revision": source.revision, "shards": count,
+                  "members": members, "data_yaml": str(relative)}  # fmt: skip
         write_atomic(partial / MARKER, json.dumps(marker, indent=2) + "\n")
         _swap(partial, target)
     except BaseException as err:
-        # A cut download keeps what its last checkpoint covers; anything else leaves no trace.
+        # A cut download keeps what its checkpoints cover; anything else leaves no trace.
         disk_full = isinstance(err, OSError) and err.errno == errno.ENOSPC
         bad_data = isinstance(err, TrainboxError) and err.code == ExitCode.DATASET
         if disk_full or bad_data or not (partial / RESUME).is_file():
@@ -205,46 +167,184 @@ def _download(remote: hub.RemoteFile, target: Path, cfg: Config) -> Path:
                 ExitCode.DISK,
             ) from None
         raise
-    log.info("dataset staged: %d files, sha256 %s", members, digest[:16])
+    log.info("dataset staged: %d files, sha256 %s", members, (source.sha256 or "")[:16])
     return target / relative
 
 
-def _identity(remote: hub.RemoteFile) -> dict:
-    return {"repo": remote.repo, "file": remote.name, "commit": remote.commit,
-            "sha256": remote.sha256, "size": remote.size}  # fmt: skip
+class _Cancelled(Exception):
+    """Another tar of the dataset failed, or the job is stopping: this one stops too."""
 
 
-def _resume_point(partial: Path, remote: hub.RemoteFile) -> dict:
-    """The checkpoint a cut staging of this very file left, or {}."""
+def _fetch_all(source: shards.Source, partial: Path, book: "_Checkpoints",
+               progress: "_Progress", cfg: Config) -> int:  # fmt: skip
+    """Extract every tar not done yet, ``cfg.stage_parallel`` at once, each in its own thread
+    (sockets, hashing (OpenSSL through ctypes) and file writes release the GIL); the first
+    failure stops the others. Return the members of all tars."""
+    queue = [shard for shard in source.shards if not book.done(shard.name)]
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        while not stop.is_set():
+            with lock:
+                if not queue:
+                    return
+                shard = queue.pop(0)
+            try:
+                _fetch(shard, partial, book, progress, stop, cfg.hub_wait)
+            except BaseException as err:
+                errors.append(err)
+                stop.set()
+
+    # Daemon threads: a stop signal must not wait for a read on a hung connection to time out.
+    workers = [threading.Thread(target=work, daemon=True)
+               for _ in range(min(cfg.stage_parallel, len(queue)))]  # fmt: skip
+    for worker in workers:
+        worker.start()
     try:
-        point = json.loads((partial / RESUME).read_text())
-    except (OSError, ValueError):
-        return {}
-    same = remote.sha256 and point.get("file") == _identity(remote)
-    return point if same and archive.Sha256.resumable() else {}
+        for worker in workers:
+            worker.join()
+    finally:
+        stop.set()
+        deadline = time.monotonic() + 5
+        for worker in workers:  # they stop at their next chunk
+            worker.join(timeout=max(0.0, deadline - time.monotonic()))
+    failures = [err for err in errors if not isinstance(err, _Cancelled)]
+    if failures:
+        raise failures[0]
+    return book.members()
+
+
+def _fetch(shard: hub.RemoteFile, partial: Path, book: "_Checkpoints", progress: "_Progress",
+           stop: threading.Event, wait: float) -> None:  # fmt: skip
+    """One tar: stream it from its checkpoint into ``partial``, check its size and sha256."""
+    point = book.points.get(shard.name, {})
+    offset = point.get("offset", 0)
+
+    def count(size: int) -> None:
+        if stop.is_set():
+            raise _Cancelled
+        progress(size)
+
+    state = bytes.fromhex(point["state"]) if point else None
+    reader = archive.Reader(hub.stream(shard, offset, wait=wait), count, offset, state)
+    members = archive.extract(reader, partial, point.get("members", 0), book.saver(shard, reader))
+    if reader.size != shard.size or shard.sha256 not in (None, reader.hexdigest()):
+        raise TrainboxError(
+            f"{shard.name}: the download does not match the Hub's size and sha256; start again",
+            ExitCode.DATASET,
+        )
+    book.finish(shard, members)
+
+
+class _Progress:
+    """One progress line over all the tars (bytes, rate, ETA), and the status's staging field;
+    called from every download thread."""
+
+    def __init__(self, workspace: Path, source: shards.Source, done: int) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=source.size, initial=done, unit="B", unit_scale=True,
+                        mininterval=2, desc=f"download+extract {source.file}")  # fmt: skip
+        self.meter = status.Meter(workspace, source.size, done)
+        self.lock = threading.Lock()
+
+    def __call__(self, size: int) -> None:
+        with self.lock:
+            self.bar.update(size)
+            self.meter(size)
+
+    def __enter__(self) -> "_Progress":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.bar.close()
 
 
 class _Checkpoints:
-    """Called by the extractor after each member: at most every ``every`` seconds, flush the
-    extracted files to disk, then record the stream position and its hash state."""
+    """Where each tar of a staging stands, in one file in the hidden folder: for a tar cut
+    midway, the stream position, the members before it and its hash state; for a tar done,
+    its members. Each tar takes its point at a member boundary every ``every`` seconds; at
+    most as often, one thread syncs the disk and then saves the points taken before the sync,
+    so a saved point never claims what is not on disk. (A sync per tar as it finished
+    cost more than the download: ``os.sync`` waits for every other tar's writes too.)"""
 
-    def __init__(
-        self, partial: Path, remote: hub.RemoteFile, reader: archive.Reader, every: int
-    ) -> None:
-        self.partial, self.remote, self.reader, self.every = partial, remote, reader, every
+    def __init__(self, partial: Path, source: shards.Source, every: int) -> None:
+        self.file, self.source, self.every = partial / RESUME, source, every
+        self.lock = threading.Lock()
         self.last = time.monotonic()
+        try:
+            saved = json.loads(self.file.read_text())
+        except (OSError, ValueError):
+            saved = {}
+        same = source.sha256 and saved.get("source") == source.identity()
+        self.points: dict[str, dict] = saved.get("shards", {}) if same else {}
+        if not archive.Sha256.resumable():  # no hash state to resume from: only done tars count
+            self.points = {name: p for name, p in self.points.items() if p.get("done")}
+        self.latest = dict(self.points)
 
-    def __call__(self, offset: int, members: int) -> None:
+    def done(self, name: str) -> bool:
+        return bool(self.points.get(name, {}).get("done"))
+
+    def covered(self) -> int:
+        """The bytes already extracted, by the saved points."""
+        sizes = {shard.name: shard.size for shard in self.source.shards}
+        return sum(sizes[n] if p.get("done") else p["offset"] for n, p in self.points.items())
+
+    def describe(self) -> str:
+        if not self.points:
+            return ""
+        cut = [p for p in self.points.values() if not p.get("done")]
+        done = len(self.points) - len(cut)
+        if not self.source.sharded and cut:
+            point = cut[0]
+            return f", resuming at byte {point['offset']} ({point['members']} files already there)"
+        return f", resuming: {done} tar(s) done, {len(cut)} at their last checkpoint"
+
+    def saver(self, shard: hub.RemoteFile, reader: archive.Reader) -> Callable[[int, int], None]:
+        """The extractor's callback for ``shard``, after each member: at most every ``every``
+        seconds, it takes the shard's point (hashing up to there), then saves if due."""
+        taken = time.monotonic()
+
+        def save(offset: int, members: int) -> None:
+            nonlocal taken
+            if not self.every or time.monotonic() - taken < self.every:
+                return
+            state = reader.state_at(offset)
+            if state is not None:
+                self.latest[shard.name] = {"offset": offset, "members": members,
+                                           "state": state.hex()}  # fmt: skip
+                taken = time.monotonic()
+            self._tick()
+
+        return save
+
+    def finish(self, shard: hub.RemoteFile, members: int) -> None:
+        self.latest[shard.name] = {"done": True, "members": members}
+        self._tick()
+
+    def _tick(self) -> None:
+        """Save the points if ``every`` seconds have passed, unless another thread is at it."""
         if not self.every or time.monotonic() - self.last < self.every:
             return
-        state = self.reader.state_at(offset)
-        if state is None:
+        if not self.lock.acquire(blocking=False):
             return
-        os.sync()  # what the checkpoint says is extracted must be on disk before it says so
-        point = {"file": _identity(self.remote), "offset": offset, "members": members,
-                 "state": state.hex()}  # fmt: skip
-        write_atomic(self.partial / RESUME, json.dumps(point) + "\n")
-        self.last = time.monotonic()
+        try:
+            taken = dict(self.latest)
+            os.sync()  # what the points say is extracted must be on disk before they say so
+            saved = {"source": self.source.identity(), "shards": taken}
+            write_atomic(self.file, json.dumps(saved) + "\n")
+            self.last = time.monotonic()
+        finally:
+            self.lock.release()
+
+    def members(self) -> int:
+        """The members of every tar, once all are done."""
+        return sum(point["members"] for point in self.latest.values())
+
+    def clear(self) -> None:
+        self.file.unlink(missing_ok=True)
 
 
 def _find_yaml(root: Path, name: str) -> Path:
@@ -301,24 +401,92 @@ def doctor(data: Path) -> None:
     log.info("doctor: the dataset is healthy (%d warning(s))", len(findings))
 
 
-def pack(source: Path, repo: str, *, name: str = "", private: bool, check: bool) -> str:
-    """Doctor ``source``, tar it deterministically, upload it to ``repo``; return the tar's name."""
+def pack(
+    source: Path,
+    repo: str,
+    *,
+    name: str = "",
+    shard_size: int,
+    private: bool,
+    check: bool,
+    wait: float = hub.WAIT,
+) -> str:
+    """Doctor ``source``, pack it deterministically as one tar, or as shards and their index
+    when it is larger than ``shard_size``, and upload it to ``repo``; return the name to set as
+    DATASET_FILE. Files of the other layout, or of an earlier pack, are deleted in the last
+    commit, so the default name finds only this one."""
     if not (source / "data.yaml").is_file():
         raise TrainboxError(
             f"{source} has no data.yaml: pack the dataset's own folder", ExitCode.DATASET
         )
-    name = name or f"{repo.rpartition('/')[2]}.tar"
+    parts = archive.split(source, shard_size)
+    dataset = repo.rpartition("/")[2]
+    if name and (len(parts) > 1) != name.endswith(shards.SUFFIX):
+        raise TrainboxError(
+            f"--file {name}: the pack is {len(parts)} tar(s), so name it "
+            f"{'NAME' + shards.SUFFIX if len(parts) > 1 else 'NAME.tar'}, or leave it out",
+            ExitCode.CONFIG,
+        )
+    name = name or (shards.index_name(dataset) if len(parts) > 1 else f"{dataset}.tar")
     with tempfile.TemporaryDirectory(prefix="trainbox-pack-") as scratch:
         if check:  # on a copy whose path: is this folder, wherever data.yaml says it was
             probe = Path(scratch) / "data.yaml"
             shutil.copyfile(source / "data.yaml", probe)
             _point(probe, source.resolve())
             doctor(probe)
-        tar = Path(scratch) / name
-        archive.pack(source, tar)
-        log.info(
-            "packed %s into %s (%s); uploading to %s", source, name, _gb(tar.stat().st_size), repo
-        )
-        commit = hub.upload(hub.Target("--repo", repo, name), tar, private=private)
+        target = hub.Target("--repo", repo, name)
+        hub.ensure_repo(target, private=private, wait=wait)
+        stale = _stale(target, wait)
+        if len(parts) == 1:
+            tar = Path(scratch) / name
+            archive.pack(source, tar)
+            log.info("packed %s into %s (%s); uploading to %s", source, name,
+                     _gb(tar.stat().st_size), repo)  # fmt: skip
+            files: dict[str, Path | bytes] = {name: tar}
+        else:
+            stem = name.removesuffix(shards.SUFFIX)
+            listed = _upload_shards(source, target, stem, parts, Path(scratch), wait)
+            files = {name: shards.make_index(stem, shard_size, listed)}
+            stale -= {entry["file"] for entry in listed}
+        delete = tuple(sorted(stale - {name}))
+        commit = hub.put(target, files, f"trainbox: {name}", delete=delete, wait=wait)
     log.info("uploaded %s to %s at commit %s", name, repo, commit[:12])
     return name
+
+
+def _stale(target: hub.Target, wait: float) -> set[str]:
+    """What the repo holds of an earlier pack: the default tar, the default index and the
+    shards that index lists."""
+    tar, index = shards.defaults(target.repo)
+    found = hub.read(replace(target, name=index), wait=wait)
+    listed = [shard["file"] for shard in shards.parse_index(index, found[0])] if found else []
+    held = hub.paths_info(target, [tar, index, *listed], wait=wait)
+    return set(held)
+
+
+def _upload_shards(source: Path, target: hub.Target, stem: str, parts: list[list[Path]],
+                   scratch: Path, wait: float) -> list[dict]:  # fmt: skip
+    """Write, upload and delete the shards one at a time (so packing needs one shard of free
+    disk, not the dataset's size), one commit each, so a pack cut midway goes on where it
+    stopped: a shard the Hub already holds with the same sha256 is not uploaded again."""
+    names = [shards.shard_name(stem, number) for number in range(len(parts))]
+    held = hub.paths_info(target, names, wait=wait)
+    listed = []
+    for number, (shard, paths) in enumerate(zip(names, parts, strict=True)):
+        tar = scratch / shard
+        archive.pack(source, tar, paths)
+        size, digest = tar.stat().st_size, archive.sha256(tar)
+        if size > shards.MAX_FILE:
+            raise TrainboxError(
+                f"{paths[-1]}: over the Hub's 50 GB per file even alone in a shard; split it",
+                ExitCode.DATASET,
+            )
+        listed.append({"file": shard, "size": size, "sha256": digest, "members": len(paths)})
+        on_hub = getattr(held.get(shard), "lfs", None)
+        if on_hub is not None and on_hub.sha256 == digest:
+            log.info("shard %d/%d %s: already on the Hub", number + 1, len(parts), shard)
+        else:
+            log.info("shard %d/%d %s (%s): uploading", number + 1, len(parts), shard, _gb(size))
+            hub.put(replace(target, name=shard), {shard: tar}, f"trainbox: {shard}", wait=wait)
+        tar.unlink()
+    return listed

@@ -6,10 +6,13 @@ in seconds. All it learns from the machine comes through a ``Probe``, so that ev
 can be tested with the answers of machines we do not have.
 """
 
+import ast
 import ctypes
+import importlib.util
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
 from . import __version__
 from .errors import ExitCode, TrainboxError
@@ -133,7 +136,7 @@ def check(device: str, probe: Probe) -> GpuVerdict:
     if build_cuda is None:
         raise _fail(
             "this image's torch is a CPU build and cannot use a GPU: use a CUDA image "
-            f"(trainbox:{__version__}-cu130), or set DEVICE=cpu"
+            f"(trainbox:{__version__}, or -cu130 on a Blackwell card), or set DEVICE=cpu"
         )
     if not devices:
         hint = "" if driver is None else " (the driver is there: check NVIDIA_VISIBLE_DEVICES)"
@@ -220,7 +223,13 @@ def notes_for(reports: list[GpuReport]) -> list[str]:
 
 
 class TorchProbe:
-    """The real machine: torch, and the driver's own libraries through ctypes (no nvidia-smi)."""
+    """The real machine: torch, and the driver's own libraries through ctypes (no nvidia-smi).
+    ``cpu_only``: DEVICE=cpu, where only torch's version and CUDA build are reported: they are
+    read from torch/version.py, without importing torch (2-4 s here, and the train program
+    imports it anyway)."""
+
+    def __init__(self, cpu_only: bool = False) -> None:
+        self.cpu_only = cpu_only
 
     def driver(self) -> tuple[str | None, str | None]:
         version = cuda = None
@@ -242,6 +251,8 @@ class TorchProbe:
         return version, cuda
 
     def build(self) -> tuple[str, str | None, list[str]]:
+        if self.cpu_only and (written := _version_file()):
+            return written[0], written[1], []
         import torch
 
         archs = torch.cuda.get_arch_list() if torch.version.cuda else []
@@ -269,3 +280,22 @@ class TorchProbe:
         seconds = time.perf_counter() - start
         error = ((got.cpu() - expected).abs().max() / expected.abs().max()).item()
         return error, seconds
+
+
+def _version_file() -> tuple[str, str | None] | None:
+    """torch's ``__version__`` and ``cuda`` as its build wrote them in torch/version.py."""
+    spec = importlib.util.find_spec("torch")
+    if not spec or not spec.submodule_search_locations:
+        return None
+    values: dict[str, Any] = {}
+    try:
+        tree = ast.parse((Path(spec.submodule_search_locations[0]) / "version.py").read_text())
+    except (OSError, SyntaxError):
+        return None
+    for node in tree.body:
+        target = getattr(node, "target", None) or (getattr(node, "targets", None) or [None])[0]
+        if isinstance(target, ast.Name) and isinstance(node.value, ast.Constant):
+            values[target.id] = node.value.value
+    if not isinstance(values.get("__version__"), str):
+        return None
+    return values["__version__"], values.get("cuda")

@@ -19,6 +19,7 @@ File bytes are streamed with urllib, which is several times faster than the clie
 HTTP stack for one large file, and a dropped connection is resumed with a Range request.
 """
 
+import functools
 import http.client
 import logging
 import os
@@ -30,29 +31,13 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
-
-import httpx2
-from huggingface_hub import (
-    CommitInfo,
-    CommitOperationAdd,
-    HfApi,
-    get_hf_file_metadata,
-    hf_hub_url,
-    set_client_factory,
-)
-from huggingface_hub import errors as hub_errors
-from huggingface_hub.utils import build_hf_headers, disable_progress_bars
-from huggingface_hub.utils._http import default_client_factory
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import __version__
 from .errors import ExitCode, TrainboxError
 
-# huggingface_hub gives its logger a stderr handler of its own at import (utils/logging.py,
-# _configure_library_root_logger) and lets records propagate too: each of its lines, a retry
-# ("Retrying in 1s [Retry 1/5]"), reached the container's log twice. trainbox's handler alone
-# prints them now, prefixed like every other line.
-logging.getLogger("huggingface_hub").handlers.clear()
+if TYPE_CHECKING:
+    from huggingface_hub import CommitInfo, CommitOperationAdd, CommitOperationDelete, HfApi
 
 log = logging.getLogger("trainbox")
 
@@ -64,14 +49,36 @@ T = TypeVar("T")
 listeners: list[Callable[[str], None]] = []  # told of every wait (the job: the status file)
 
 
-def _client() -> httpx2.Client:
-    """huggingface_hub's own client, with timeouts."""
-    client = default_client_factory()
-    client.timeout = httpx2.Timeout(TIMEOUT, connect=10)
-    return client
+@functools.cache
+def _hf() -> Any:
+    """huggingface_hub, imported on first use and set up once. Imported with the module, it and
+    httpx2 took 0.13 s of the start of every trainbox process (python -X importtime), the
+    training program's and those beside it included, which never talk to the Hub."""
+    import httpx2
+    import huggingface_hub
+    import huggingface_hub.errors
+    import huggingface_hub.utils
+    from huggingface_hub.utils._http import default_client_factory
+
+    # huggingface_hub gives its logger a stderr handler of its own at import (utils/logging.py,
+    # _configure_library_root_logger) and lets records propagate too: each of its lines, a
+    # retry ("Retrying in 1s [Retry 1/5]"), reached the container's log twice. trainbox's
+    # handler alone prints them now, prefixed like every other line.
+    logging.getLogger("huggingface_hub").handlers.clear()
+
+    def client() -> httpx2.Client:
+        """huggingface_hub's own client, with timeouts."""
+        made = default_client_factory()
+        made.timeout = httpx2.Timeout(TIMEOUT, connect=10)
+        return made
+
+    huggingface_hub.set_client_factory(client)
+    return huggingface_hub
 
 
-set_client_factory(_client)
+def url(repo: str, name: str, revision: str, repo_type: str = "dataset") -> str:
+    """The resolve URL of ``name`` in ``repo`` at ``revision``."""
+    return _hf().hf_hub_url(repo, name, repo_type=repo_type, revision=revision)
 
 
 @dataclass(frozen=True)
@@ -112,11 +119,12 @@ def token() -> str | None:
     return None
 
 
-def api() -> HfApi:
+def api() -> "HfApi":
     """The client, with the token; no progress bars (one per file per epoch would drown the
     container's log)."""
-    disable_progress_bars()
-    return HfApi(token=token(), library_name="trainbox", library_version=__version__)
+    hf = _hf()
+    hf.utils.disable_progress_bars()
+    return hf.HfApi(token=token(), library_name="trainbox", library_version=__version__)
 
 
 def status_of(err: BaseException) -> int | None:
@@ -127,34 +135,40 @@ def status_of(err: BaseException) -> int | None:
     return status if isinstance(status, int) else None
 
 
-_NO_ANSWER = (
-    ConnectionError,
-    TimeoutError,
-    socket.gaierror,
-    urllib.error.URLError,
-    http.client.HTTPException,
-    httpx2.TransportError,
-    hub_errors.LocalEntryNotFoundError,  # the client's "could not ask, nothing cached"
-)
+@functools.cache
+def _no_answer() -> tuple[type[BaseException], ...]:
+    """What a Hub that could not be asked raises."""
+    import httpx2
+
+    return (
+        ConnectionError,
+        TimeoutError,
+        socket.gaierror,
+        urllib.error.URLError,
+        http.client.HTTPException,
+        httpx2.TransportError,
+        _hf().errors.LocalEntryNotFoundError,
+    )  # fmt: skip  (the client's "nothing cached")
 
 
 def classify(err: BaseException) -> str | None:
     """ABSENT, REFUSED or UNREACHABLE for a Hub failure; None for anything else (a bug, a
     local file error), which the caller lets through."""
-    if isinstance(err, hub_errors.LocalEntryNotFoundError):
+    errors = _hf().errors
+    if isinstance(err, errors.LocalEntryNotFoundError):
         return UNREACHABLE
     status = status_of(err)
     if status is not None:
         if status in (408, 429) or status >= 500:
             return UNREACHABLE
-        if isinstance(err, hub_errors.RevisionNotFoundError | hub_errors.RemoteEntryNotFoundError):
+        if isinstance(err, errors.RevisionNotFoundError | errors.RemoteEntryNotFoundError):
             return ABSENT
-        if isinstance(err, hub_errors.RepositoryNotFoundError) and not isinstance(
-            err, hub_errors.GatedRepoError
+        if isinstance(err, errors.RepositoryNotFoundError) and not isinstance(
+            err, errors.GatedRepoError
         ):
             return ABSENT if status == 404 else REFUSED
         return REFUSED
-    return UNREACHABLE if isinstance(err, _NO_ANSWER) else None
+    return UNREACHABLE if isinstance(err, _no_answer()) else None
 
 
 def _why(err: BaseException) -> str:
@@ -164,23 +178,24 @@ def _why(err: BaseException) -> str:
 def refusal(err: BaseException, target: Target) -> TrainboxError:
     """The one line for a definite no from the Hub, and its exit code."""
     setting, repo, code = target.setting, target.repo, target.code
-    if isinstance(err, hub_errors.GatedRepoError):
+    errors = _hf().errors
+    if isinstance(err, errors.GatedRepoError):
         return TrainboxError(
             f"{setting}={repo}: gated; accept its conditions on the Hub with the account "
             "whose token is HF_TOKEN",
             code,
         )
-    if isinstance(err, hub_errors.RevisionNotFoundError):
+    if isinstance(err, errors.RevisionNotFoundError):
         return TrainboxError(
             f"DATASET_REVISION={target.revision}: no such branch, tag or commit in {repo}", code
         )
-    if isinstance(err, hub_errors.RemoteEntryNotFoundError):
+    if isinstance(err, errors.RemoteEntryNotFoundError):
         return TrainboxError(
             f"DATASET_FILE={target.name}: not in {repo} at {target.revision}; set DATASET_FILE "
             "to the tar's name",
             code,
         )
-    if isinstance(err, hub_errors.RepositoryNotFoundError):
+    if isinstance(err, errors.RepositoryNotFoundError):
         return TrainboxError(
             f"{setting}={repo}: not found, or private and HF_TOKEN cannot read it; check the "
             "name, or set HF_TOKEN (or HF_TOKEN_FILE)",
@@ -272,13 +287,12 @@ class RemoteFile:
 
 
 def _metadata(target: Target) -> RemoteFile:
-    url = hf_hub_url(target.repo, target.name, repo_type=target.repo_type,
-                     revision=target.revision)  # fmt: skip
-    meta = get_hf_file_metadata(
-        url, token=token(), library_name="trainbox", library_version=__version__
+    where = url(target.repo, target.name, target.revision, target.repo_type)
+    meta = _hf().get_hf_file_metadata(
+        where, token=token(), library_name="trainbox", library_version=__version__
     )
     return RemoteFile(target.repo, target.name, target.revision, meta.commit_hash or "",
-                      meta.size or 0, (meta.etag or "").strip('"'), url)  # fmt: skip
+                      meta.size or 0, (meta.etag or "").strip('"'), where)  # fmt: skip
 
 
 def remote_file(target: Target, *, wait: float = WAIT) -> RemoteFile:
@@ -293,14 +307,33 @@ def locate(target: Target, *, wait: float = WAIT) -> RemoteFile | None:
                 wait=wait)  # fmt: skip
 
 
+def find(target: Target, *, wait: float = WAIT) -> RemoteFile | None:
+    """A file's metadata; None when the Hub says that this file is not in the repo at that
+    revision. A missing repo or revision is refused as by ``remote_file``."""
+
+    def metadata() -> RemoteFile | None:
+        try:
+            return _metadata(target)
+        except _hf().errors.RemoteEntryNotFoundError:
+            return None
+
+    return call(metadata, f"ask for {target.name}", target, wait=wait)
+
+
 def read(target: Target, *, wait: float = WAIT) -> tuple[bytes, str] | None:
     """A small file's bytes and the commit they are from; None when the Hub says it (or its
     repo) is not there. Anything but a definite answer waits, then raises."""
     remote = locate(target, wait=wait)
     if remote is None:
         return None
-    url = hf_hub_url(target.repo, target.name, repo_type=target.repo_type, revision=remote.commit)
-    return b"".join(stream(replace(remote, url=url), wait=wait, target=target)), remote.commit
+    return content(remote, wait=wait, target=target), remote.commit
+
+
+def content(remote: RemoteFile, *, wait: float = WAIT, target: Target | None = None) -> bytes:
+    """A small file's bytes at the commit ``remote`` was resolved to, even if its branch has
+    moved on since."""
+    where = url(remote.repo, remote.name, remote.commit, target.repo_type if target else "dataset")
+    return b"".join(stream(replace(remote, url=where), wait=wait, target=target))
 
 
 def download(target: Target, path: Path, *, wait: float = WAIT) -> str | None:
@@ -319,7 +352,7 @@ def download(target: Target, path: Path, *, wait: float = WAIT) -> str | None:
 
 def _open(url: str, offset: int) -> http.client.HTTPResponse:
     request = urllib.request.Request(url, headers={"Range": f"bytes={offset}-"})
-    for key, value in build_hf_headers(token=token(), library_name="trainbox").items():
+    for key, value in _hf().utils.build_hf_headers(token=token(), library_name="trainbox").items():
         # Unredirected: the token never follows a redirect to a CDN.
         request.add_unredirected_header(key, value)
     return urllib.request.urlopen(request, timeout=TIMEOUT)
@@ -381,17 +414,17 @@ MOVED_STATUS = (409, 412)
 
 def commit(
     target: Target,
-    operations: list[CommitOperationAdd],
+    operations: "list[CommitOperationAdd | CommitOperationDelete]",
     message: str,
     *,
     parent: str | None = None,
     wait: float = WAIT,
-) -> CommitInfo:
+) -> "CommitInfo":
     """One commit of ``operations``. With ``parent``, only on top of that commit: when the
     branch moved, ``BranchMoved`` is raised (the caller looks again); without, a 412 is retried."""
     client = api()
 
-    def attempt() -> CommitInfo:
+    def attempt() -> "CommitInfo":
         try:
             return client.create_commit(
                 target.repo,
@@ -400,7 +433,7 @@ def commit(
                 repo_type=target.repo_type,
                 parent_commit=parent,
             )
-        except hub_errors.HfHubHTTPError as err:
+        except _hf().errors.HfHubHTTPError as err:
             if parent and status_of(err) in MOVED_STATUS:
                 raise BranchMoved(f"{target.repo} moved past {parent[:12]}") from None
             raise
@@ -417,8 +450,25 @@ def paths_info(target: Target, paths: list[str], *, wait: float = WAIT) -> dict[
     return {item.path: item for item in found}
 
 
-def upload(target: Target, local: Path, *, private: bool) -> str:
-    """Create the repo if missing (private if asked) and commit one file; return the commit."""
-    ensure_repo(target, private=private)
-    operation = CommitOperationAdd(target.name, str(local))
-    return commit(target, [operation], f"trainbox: {target.name}").oid
+def operations(
+    files: dict[str, Path | bytes], delete: tuple[str, ...] = ()
+) -> "list[CommitOperationAdd | CommitOperationDelete]":
+    """A commit's operations: add ``files`` (a local path or bytes each, by their path in the
+    repo), delete the paths in ``delete``."""
+    hf = _hf()
+    added = [hf.CommitOperationAdd(name, str(data) if isinstance(data, Path) else data)
+             for name, data in files.items()]  # fmt: skip
+    return [*added, *(hf.CommitOperationDelete(name) for name in delete)]
+
+
+def put(
+    target: Target,
+    files: dict[str, Path | bytes],
+    message: str,
+    *,
+    delete: tuple[str, ...] = (),
+    wait: float = WAIT,
+) -> str:
+    """One commit that adds ``files`` and deletes the paths in ``delete`` (only paths it holds:
+    what the Hub answers for a missing one is not documented); return the commit."""
+    return commit(target, operations(files, delete), message, wait=wait).oid

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 from . import (
@@ -70,6 +71,7 @@ def _run(cfg: Config) -> int:
                  cfg.master_port)  # fmt: skip
     limits = {"max_runtime": cfg.max_runtime, "stall_timeout": cfg.stall_timeout}
     status.record(cfg.workspace, "preflight", fresh=True, run=cfg.run_name, limits=limits)
+    status.mark(cfg.workspace, fresh=True, started=status.process_started())
     hub.listeners[:] = [lambda waiting: status.note(cfg.workspace, waiting=waiting)]
     try:
         code = _steps(cfg)
@@ -82,7 +84,19 @@ def _run(cfg: Config) -> int:
     # ON_EXIT implies OUTPUT_REPO (provider.check); the Hub is asked only when it will act.
     if cfg.on_exit != "none" and code != ExitCode.INTERRUPTED and cfg.node_rank == 0:
         provider.on_exit(cfg, upload.verify(cfg), code)
+    _report_billing(cfg)  # the last line: what the machine cost without training
     return code
+
+
+def _report_billing(cfg: Config) -> None:
+    """The seconds this container was billed without training, in the status and the log.
+    With OUTPUT_REPO the manifest has them up to the final upload (``upload.flush``): the
+    published folder stays what the Hub holds; without it, the volume's manifest has them."""
+    if bill := status.billed(status.clock(cfg.workspace), time.time()):
+        status.note(cfg.workspace, billed=bill)
+        if not cfg.output_repo:
+            publish.record_billing(cfg.run_dir, bill)
+        log.info(status.billed_line(bill))
 
 
 def _steps(cfg: Config) -> int:
@@ -168,6 +182,7 @@ def _prepare(cfg: Config) -> int | None:
     manifest = publish.provenance(cfg, verdict, dataset.identity(cfg))
     if previous:  # the Hub keeps the run's manifest until the resume is known to be right
         resume.check_dataset(cfg, previous, manifest)
+        manifest["billed"] = previous.get("billed", [])  # the run's earlier containers
         if cfg.node_rank == 0:
             upload.prepare(cfg, manifest)  # writes it here too
     else:

@@ -71,11 +71,18 @@ def requested(cfg: Config) -> tuple[dict[str, Any], dict[str, str]]:
     return merged, where
 
 
+def _family(model: str) -> str | None:
+    """The LibreYOLO family ``model`` names, as its CLI finds it (None: its name does not say)."""
+    from libreyolo.cli.config import detect_family_from_model_ref
+
+    return detect_family_from_model_ref(model.rpartition("/")[2])
+
+
 def config_class(model: str) -> type:
     """LibreYOLO's training config class for the family ``model`` names (as its CLI finds it)."""
-    from libreyolo.cli.config import detect_family_from_model_ref, get_train_config_class
+    from libreyolo.cli.config import get_train_config_class
 
-    family = detect_family_from_model_ref(model.rpartition("/")[2])
+    family = _family(model)
     if family is None and (model.startswith("hf://") or model.startswith("/")):
         # A checkpoint whose family its name does not tell (run/best.pt): LibreYOLO's
         # options common to every family are checked; the rest by LibreYOLO when it loads.
@@ -191,7 +198,31 @@ def effective(cfg: Config) -> dict[str, Any]:
     except (ValueError, TypeError) as err:
         first = str(err).strip().splitlines()[0]
         raise _fail("TRAIN_ARGS" if "TRAIN_ARGS" in where.values() else "train", first) from None
+    if "optimizer" in options:
+        _check_optimizer(cfg.model, options["optimizer"], origin.get("optimizer", "TRAIN_ARGS"))
     return {**options, **loggers}
+
+
+# What LibreYOLO 1.6.0's base trainer builds (training/trainer.py, BaseTrainer._setup_optimizer,
+# after the model's train() lowercases the name); its config validators accept any string.
+BASE_OPTIMIZERS = ("sgd", "adam", "adamw")
+
+
+def _check_optimizer(model: str, name: str, where: str) -> None:
+    """An optimizer the family's trainer would refuse only once training starts, refused now.
+    A family whose trainer builds its own optimizer, or one this cannot tell, is left to it."""
+    from libreyolo.cli.config import get_model_class
+    from libreyolo.training.trainer import BaseTrainer
+
+    try:
+        wrapper = get_model_class(_family(model))
+        trainer = wrapper._trainer_class(None)  # a class hook that does not use the instance
+    except (AttributeError, TypeError, ImportError):
+        return
+    own = trainer._setup_optimizer is not BaseTrainer._setup_optimizer
+    if not own and name.lower() not in BASE_OPTIMIZERS:
+        known = ", ".join(BASE_OPTIMIZERS)
+        raise _fail(where, f"optimizer={name}: {trainer.__name__} knows {known}")
 
 
 def _shown(kind: Any) -> str:

@@ -28,9 +28,15 @@ def checkpoint_bytes(model: str) -> int:
 
 
 def disk(
-    tar_name: str, tar_bytes: int, checkpoint: int, epochs: int, save_period: int
+    tar_name: str,
+    tar_bytes: int,
+    checkpoint: int,
+    epochs: int,
+    save_period: int,
+    tars: int = 1,
 ) -> tuple[list[str], int]:
-    """The lines that show the sum, and the whole GB to allocate."""
+    """The lines that show the sum, and the whole GB to allocate. ``tars``: how many tars
+    ``tar_name`` stands for (a shard index's shards)."""
     snapshots = epochs // save_period if save_period else 0
     kept = 2 + snapshots
     checkpoints = kept * checkpoint * 2
@@ -38,8 +44,9 @@ def disk(
     total = subtotal * MARGIN
     allocate = math.ceil(total / GB)
     lines = [
-        f"dataset      {tar_name}: {tar_bytes / GB:.3f} GB, extracted as it streams "
-        f"(the tar is never stored): {tar_bytes / GB:.3f} GB",
+        f"dataset      {tar_name}: {tar_bytes / GB:.3f} GB"
+        + (f" in {tars} shards" if tars > 1 else "")
+        + f", extracted as it streams (no tar is stored): {tar_bytes / GB:.3f} GB",
         f"checkpoints  {checkpoint / GB:.3f} GB each x {kept} (best, last, {snapshots} "
         f"snapshot(s): {epochs} epochs / SAVE_PERIOD {save_period}) x 2 (weights/ and "
         f"its published copy) = {checkpoints / GB:.3f} GB",

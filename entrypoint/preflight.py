@@ -111,7 +111,8 @@ def run(cfg: Config, probe: gpu.Probe | None = None) -> dict:
     started = time.monotonic()
     facts = system(cfg.workspace)
     try:
-        result = {"ok": True, **check(cfg, probe or gpu.TorchProbe(), facts)}
+        probe = probe or gpu.TorchProbe(cpu_only=cfg.device == "cpu")
+        result = {"ok": True, **check(cfg, probe, facts)}
     except TrainboxError as err:
         _record(cfg, {"ok": False, "error": str(err), "exit_code": int(err.code)}, facts)
         raise

@@ -11,11 +11,11 @@ inside it, its copies of status.json and metrics.jsonl made ``libreyolo monitor`
 any folder holding one for a run) show a second, phantom run ``run/published``.
 """
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
+from .archive import sha256
 from .atomic import copy_atomic, write_atomic
 
 FOLDER = "published"  # under the volume's trainbox/ folder, one per run
@@ -24,14 +24,6 @@ MANIFEST = "manifest.json"
 SMALL_FILES = ("status.json", "metrics.jsonl", "results.csv", "summary.json", "train_config.yaml")
 # What makes a folder a run to `libreyolo monitor` (libreyolo.ui.train_monitor._RUN_MARKERS).
 MONITOR_MARKERS = ("status.json", "metrics.jsonl", "results.csv")
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def folder(run_dir: Path) -> Path:
@@ -76,8 +68,12 @@ def publish(run_dir: Path, epoch: int, *, failed: bool = False) -> dict[str, Any
     if (out / MANIFEST).is_file():
         files[MANIFEST] = sha256(out / MANIFEST)
     index = {"epoch": epoch, "files": files}
-    write_atomic(out / INDEX, json.dumps(index, indent=2) + "\n")
+    _write_index(run_dir, index)
     return index
+
+
+def _write_index(run_dir: Path, index: dict[str, Any]) -> None:
+    write_atomic(folder(run_dir) / INDEX, json.dumps(index, indent=2) + "\n")
 
 
 def _same(source: Path, target: Path) -> bool:
@@ -110,6 +106,23 @@ def provenance(cfg: Any, verdict: dict[str, Any], dataset: dict[str, Any] | None
 def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
     """The run's provenance, published beside its weights (never a secret in it)."""
     write_atomic(folder(run_dir) / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+
+
+def record_billing(run_dir: Path, bill: dict[str, Any]) -> None:
+    """Keep this container's billed idle seconds (``status.billed``) in the run's manifest, one
+    entry per container the run has had (a resumed run carries the earlier ones)."""
+    file = folder(run_dir) / MANIFEST
+    try:
+        manifest = json.loads(file.read_text())
+    except (OSError, ValueError):
+        return
+    earlier = [entry for entry in manifest.get("billed", [])
+               if entry.get("container_started") != bill["container_started"]]  # fmt: skip
+    write_manifest(run_dir, {**manifest, "billed": [*earlier, bill]})
+    index = read_index(run_dir)
+    if MANIFEST in index["files"]:  # published: the uploader pushes the new one
+        index["files"][MANIFEST] = sha256(file)
+        _write_index(run_dir, index)
 
 
 class Publisher:

@@ -95,6 +95,53 @@ def read(workspace: Path) -> dict[str, Any]:
     return _json(path(workspace))
 
 
+# The container's clock: when it started, when training's first step began and its last one
+# ended. Written by the job (``started``) and the train program (the steps), one at a time,
+# in a file of its own: the train program is never a writer of the status file.
+def clock_path(workspace: Path) -> Path:
+    mine = path(workspace)  # this node's: clock.json, clock-nodeN.json
+    return mine.with_name(mine.name.replace("status", "clock"))
+
+
+def mark(workspace: Path, *, fresh: bool = False, **moments: float) -> None:
+    """Record moments (seconds since the epoch); ``fresh`` starts this container's clock."""
+    kept = {} if fresh else clock(workspace)
+    write_atomic(clock_path(workspace), json.dumps({**kept, **moments}) + "\n")
+
+
+def clock(workspace: Path) -> dict[str, float]:
+    return _json(clock_path(workspace))
+
+
+def process_started() -> float:
+    """When this process started, from /proc (``trainbox run`` is exec'd by the image's
+    entrypoint as the container starts); now, where /proc cannot tell."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19])
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))  # fmt: skip
+        return min(time.time(), boot + ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()
+
+
+def billed(moments: dict[str, float], end: float) -> dict[str, Any] | None:
+    """The seconds this container was billed without training: from its start to the first
+    training step, and from the end of the last one to ``end``; None if it never trained."""
+    if not {"started", "first_step", "last_step"} <= moments.keys():
+        return None
+    return {
+        "container_started": iso(moments["started"]),
+        "before_training_s": round(moments["first_step"] - moments["started"]),
+        "after_training_s": round(max(0.0, end - moments["last_step"])),
+    }
+
+
+def billed_line(bill: dict[str, Any]) -> str:
+    return (f"billed {bill['before_training_s']} s before training, "
+            f"{bill['after_training_s']} s after")  # fmt: skip
+
+
 def record(workspace: Path, phase: str, *, fresh: bool = False, **fields: Any) -> None:
     """Set the container's phase and fields; ``fresh`` starts a new status (a new start).
     A new phase counts as progress."""
@@ -248,6 +295,8 @@ def human(status: dict[str, Any], now: float | None = None) -> str:
         lines.append(f"waiting  {waiting}")
     if "exit_code" in status:
         lines.append(f"exit     {status['exit_code']}: {status.get('reason', status['phase'])}")
+    if bill := status.get("billed"):
+        lines.append(f"idle     {billed_line(bill)}")
     problem = health(status, now)
     lines.append(f"health   {'unhealthy: ' + problem if problem else 'healthy'}")
     lines.extend(f"warning  {note}" for note in status.get("notes", []))

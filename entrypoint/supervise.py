@@ -8,9 +8,11 @@ records when training ends on its own and then shuts supervisord down.
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from string import Template
@@ -53,6 +55,7 @@ def run(cfg: Config, train_command: str | None = None) -> int:
     upload = bool(cfg.output_repo) and cfg.node_rank == 0
     supervisord = Path(sys.executable).with_name("supervisord")
     child = subprocess.Popen([str(supervisord), "--configuration", str(conf)])
+    threading.Thread(target=_wake, args=(runtime / "supervisor.sock", child), daemon=True).start()
     stopped_by: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
@@ -75,6 +78,22 @@ def run(cfg: Config, train_command: str | None = None) -> int:
         return ExitCode.INTERRUPTED
     log.error("supervisord ended (code %s) before training did", child.returncode)
     return ExitCode.TRAINING_FAILED
+
+
+def _wake(sock: Path, child: subprocess.Popen) -> None:
+    """Connect once to supervisord's socket as soon as it listens. Its main loop polls its
+    sockets before it starts any program, with a 1 s timeout (supervisor 4.3.0,
+    ``supervisord.py``, ``runforever``: ``timeout = 1``, ``poll`` then ``transition``), so
+    every program was spawned a full second after "supervisord started"; an event on the
+    socket ends that first wait (measured: train spawned 1.0 s sooner)."""
+    deadline = time.monotonic() + 10
+    while child.poll() is None and time.monotonic() < deadline:
+        try:
+            with socket.socket(socket.AF_UNIX) as connection:
+                connection.connect(str(sock))
+                return
+        except OSError:
+            time.sleep(0.01)
 
 
 def listen(status_file: Path) -> None:

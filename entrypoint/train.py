@@ -4,10 +4,11 @@ The Python API, not the ``libreyolo train`` CLI, because only the API takes call
 """
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
-from . import distributed, export, options, preflight, weights
+from . import distributed, export, options, preflight, status, weights
 from .config import Config
 from .dataset import data_yaml
 from .errors import ExitCode, TrainboxError
@@ -36,6 +37,26 @@ class EpochLog:
             event.train_loss,
             metric,
         )
+
+
+class Clock:
+    """When training's first step began and its last one ended, for the container's report of
+    the seconds it was billed without training (``status.billed``). Picklable, as EpochLog."""
+
+    def __init__(self, workspace: Path) -> None:
+        self.workspace = str(workspace)
+
+    def _mark(self, name: str) -> None:
+        status.mark(Path(self.workspace), **{name: time.time()})
+
+    def on_train_start(self, _event: Any) -> None:
+        self._mark("first_step")
+
+    def on_train_epoch_end(self, _event: Any) -> None:
+        self._mark("last_step")
+
+    def on_train_exception(self, _event: Any) -> None:
+        self._mark("last_step")  # a stop in the middle of an epoch: it trained until now
 
 
 def architecture(model: str, device: str = "cpu") -> Any:
@@ -125,6 +146,8 @@ def train(cfg: Config) -> None:
         log.info("resuming %s from %s", cfg.run_dir, resume_from)
     else:
         log.info("training %s on %s into %s", cfg.model, data_yaml(cfg), cfg.run_dir)
+    # Global rank 0 alone logs epochs, keeps the clock and publishes.
+    callbacks = [EpochLog(), Clock(cfg.workspace), Publisher()] if distributed.rank() == 0 else []
     model.train(
         **_on_this_data(cfg),
         epochs=cfg.epochs,
@@ -132,8 +155,7 @@ def train(cfg: Config) -> None:
         project=str(cfg.run_dir.parent),
         name=cfg.run_name,
         resume=bool(resume_from),
-        # Global rank 0 alone logs epochs and publishes.
-        callbacks=[EpochLog(), Publisher()] if distributed.rank() == 0 else [],
+        callbacks=callbacks,
     )
     log.info("training completed: weights in %s", cfg.run_dir / "weights")
     if distributed.rank() == 0:

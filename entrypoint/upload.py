@@ -29,13 +29,11 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import CommitOperationAdd
-
 from . import hub, resume, status
 from .atomic import write_atomic
 from .config import Config
 from .errors import ExitCode, TrainboxError
-from .publish import INDEX, MANIFEST, read_index, write_manifest
+from .publish import INDEX, MANIFEST, read_index, record_billing, write_manifest
 from .publish import folder as published
 
 log = logging.getLogger("trainbox")
@@ -62,10 +60,8 @@ def prepare(cfg: Config, manifest: dict[str, Any]) -> None:
     write_manifest(cfg.run_dir, manifest)
     where = target(cfg)
     hub.ensure_repo(where, private=True, wait=cfg.hub_wait)
-    operation = CommitOperationAdd(
-        f"{cfg.run_name}/{MANIFEST}", str(published(cfg.run_dir) / MANIFEST)
-    )
-    hub.commit(where, [operation], f"{cfg.run_name}: start", wait=cfg.hub_wait)
+    operations = hub.operations({f"{cfg.run_name}/{MANIFEST}": published(cfg.run_dir) / MANIFEST})
+    hub.commit(where, operations, f"{cfg.run_name}: start", wait=cfg.hub_wait)
     log.info("uploads go to %s/%s (private if it was created now)", cfg.output_repo, cfg.run_name)
 
 
@@ -132,8 +128,8 @@ class Uploader:
             os.link(published(self.cfg.run_dir) / name, staging / name)
         (staging / INDEX).write_text(json.dumps(index, indent=2) + "\n")
         run, epoch = self.cfg.run_name, index["epoch"]
-        operations = [CommitOperationAdd(f"{run}/{name}", str(staging / name))
-                      for name in [*sorted(pending), INDEX]]  # fmt: skip
+        operations = hub.operations({f"{run}/{name}": staging / name
+                                     for name in [*sorted(pending), INDEX]})  # fmt: skip
         for _ in range(3):  # the branch moved (another run's commit): look again
             if self.seen is None:
                 self.seen = resume.hub_epoch(self.cfg, wait=wait)
@@ -203,6 +199,8 @@ def flush(cfg: Config, uploader: Uploader | None = None, stopped_at: float | Non
     deadline += cfg.stop_grace - FLUSH_MARGIN
     log.info("final upload to %s ...", cfg.output_repo)
     status.record(cfg.workspace, "uploading")
+    if bill := status.billed(status.clock(cfg.workspace), time.time()):  # up to this upload
+        record_billing(cfg.run_dir, bill)
     outcome: list[bool] = []
 
     def attempts() -> None:

@@ -4,7 +4,8 @@ It speaks what trainbox uses: file resolve (HEAD/GET with Range), paths-info, re
 and the upload protocol (preupload, LFS batch with basic transfer, PUT, NDJSON commit). It keeps
 a log of every request, one snapshot of the files per commit, and injects faults: a status
 code with an ``X-Error-Code``, 429/5xx, a silent wait before the answer (``hang``), a
-connection dropped or stalled after some body bytes, a throttled body rate, faults that last
+connection dropped or stalled after some body bytes, a throttled body rate (per connection:
+each response is paced on its own, as one CDN stream is), faults that last
 some seconds instead of some requests, and a closed port (``Hub.refuse``).
 
 What it does as the real Hub does, and where that was checked (read in huggingface_hub 2.4.0

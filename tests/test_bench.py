@@ -17,12 +17,15 @@ def bench(script: str, *args: str, timeout: float) -> str:
 
 
 def test_stage_bench_compares_every_method_on_both_rates() -> None:
-    printed = bench("stage.py", "--gb", "0.01", "--rate", "50", timeout=300)
-    for section in ("throttled to 50 MB/s", "unthrottled"):
+    printed = bench("stage.py", "--gb", "0.02", "--rate", "50", timeout=300)
+    assert "as one tar and as 8 shards" in printed
+    for section in ("throttled to 50 MB/s per connection", "unthrottled"):
         block = printed.split(section, 1)[1]
-        for method in ("curl | tar -x", "download, then extract", "trainbox stage",
-                       "trainbox, checkpoint 1 s", "trainbox restart (staged)"):  # fmt: skip
+        for method in ("curl | tar -x", "curl | tar -x, shards x4", "download, then extract",
+                       "trainbox stage", "trainbox, checkpoint 1 s", "trainbox stage, shards x4",
+                       "trainbox restart (staged)"):  # fmt: skip
             assert method in block
+    assert "speed vs the single tar" in printed.split("goals, sharded staging:", 1)[1]
 
 
 def test_status_bench_times_every_form_while_training() -> None:
@@ -30,3 +33,58 @@ def test_status_bench_times_every_form_while_training() -> None:
     assert "while training (training)" in printed
     for form in ("trainbox status ", "trainbox status --json", "trainbox status --health"):
         assert form in printed
+
+
+def test_the_cold_start_baseline_is_the_dockerfile_with_torch_in_one_pip_layer() -> None:
+    from tests.bench import cold_start
+
+    real = (REPO / "Dockerfile").read_text()
+    one = cold_start.baseline(real)
+    image = one.rsplit("\nFROM system\n", 1)[1]  # the image's own stage
+    assert "COPY --from=torch" not in image and "torch-removed.txt" not in image
+    assert image.count('"torch==${TORCH_VERSION}"') == 1  # one pip step installs it
+    before, after = (
+        real.split("COPY --from=torch /layers/1/ /\n")[0],
+        real.split("torch-removed.txt\n")[-1],
+    )
+    assert one.startswith(before) and one.endswith(after)  # nothing else differs
+
+
+def test_the_cold_start_proxy_caps_each_connection_not_their_sum() -> None:
+    """What one CDN stream gives: two connections at once each get the whole rate."""
+    import socket
+    import threading
+    import time
+
+    from tests.bench import cold_start
+
+    size, rate = 8 << 20, 16e6  # 0.52 s per connection at the cap
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def answer() -> None:
+        while True:
+            peer, _ = server.accept()
+            threading.Thread(target=lambda p=peer: (p.sendall(b"x" * size), p.close())).start()
+
+    threading.Thread(target=answer, daemon=True).start()
+    throttle = cold_start.Throttle(server.getsockname()[1], rate)
+    seconds: list[float] = []
+
+    def fetch() -> None:
+        started, got = time.monotonic(), 0
+        with socket.create_connection(("127.0.0.1", throttle.port)) as conn:
+            while chunk := conn.recv(1 << 20):
+                got += len(chunk)
+        assert got == size
+        seconds.append(time.monotonic() - started)
+
+    clients = [threading.Thread(target=fetch) for _ in range(2)]
+    started = time.monotonic()
+    for client in clients:
+        client.start()
+    for client in clients:
+        client.join(30)
+    both = time.monotonic() - started
+    throttle.close()
+    assert len(seconds) == 2 and min(seconds) >= 0.9 * size / rate  # each one is capped
+    assert both < 1.6 * size / rate  # but not their sum (that would take 2x)

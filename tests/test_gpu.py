@@ -1,6 +1,7 @@
 """Every preflight verdict and failure line, with the driver's and torch's answers injected at
 the module's one boundary (``gpu.Probe``): no wrong GPU or old driver exists on this machine."""
 
+import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -233,3 +234,22 @@ def test_more_processes_than_selected_gpus_stops_before_training(tmp_path: Path)
     assert (
         preflight.check(cfg(tmp_path, DEVICE="cpu", NPROC_PER_NODE="2"), two, ROOMY)["gpus"] == []
     )
+
+
+def test_on_the_cpu_the_probe_reads_torchs_build_without_importing_it() -> None:
+    """DEVICE=cpu reports torch's version and CUDA build from torch/version.py: the same
+    answer as torch's own, and no 2-4 s import of torch in the preflight's process."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import json, sys\nfrom entrypoint import gpu\n"
+        "build = gpu.TorchProbe(cpu_only=True).build()\n"
+        "print(json.dumps([build, 'torch' in sys.modules]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True, timeout=60)  # fmt: skip
+    (version, cuda, archs), imported = json.loads(done.stdout)
+    import torch
+
+    assert (version, cuda, archs, imported) == (torch.__version__, torch.version.cuda, [], False)

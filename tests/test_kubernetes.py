@@ -22,11 +22,14 @@ CRDS = REPO / "tests" / "providers"
 # container, and refuses in spec.trainer.env (TorchRunReservedEnvNames).
 TORCH_RESERVED = {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR",
                   "PET_MASTER_PORT"}  # fmt: skip
-# The label NVIDIA's GPU feature discovery puts on GPU nodes (NVIDIA/k8s-device-plugin v0.20.0,
-# internal/lm/nvml.go; cuda.driver.major is its deprecated twin), and the driver each image
-# CUDA needs (NVIDIA's CUDA 13.0 release notes: Linux driver >= 580).
+# The labels NVIDIA's GPU feature discovery puts on GPU nodes (NVIDIA/k8s-device-plugin v0.20.0,
+# internal/lm/nvml.go, cuda.driver.major being its deprecated twin, and resource.go), the
+# driver each image's CUDA needs (NVIDIA's CUDA compatibility guide: CUDA 12.x needs >= 525,
+# 13.x >= 580), and the first compute capability major it has no kernels for (cu126: Blackwell).
 DRIVER_LABEL = "nvidia.com/cuda.driver-version.major"
-MIN_DRIVER = {"130": 580}
+CARD_LABEL = "nvidia.com/gpu.compute.major"
+MIN_DRIVER = {"126": 525, "130": 580}
+NO_KERNELS = {"126": 10}
 
 
 def _properties(validator, properties, instance, schema) -> Iterator[ValidationError]:
@@ -108,10 +111,16 @@ def check_pod(pod: dict[str, Any], container: dict[str, Any], image: str) -> Non
     [term] = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"
     ]
-    [rule] = term["matchExpressions"]
+    rules = {rule["key"]: rule for rule in term["matchExpressions"]}
     cuda = re.search(r"-cu(\d+)$", image)[1]
-    assert (rule["key"], rule["operator"]) == (DRIVER_LABEL, "Gt")
-    assert rule["values"] == [str(MIN_DRIVER[cuda] - 1)]  # Gt: at least MIN_DRIVER
+    assert rules.pop(DRIVER_LABEL) == {  # Gt: at least MIN_DRIVER
+        "key": DRIVER_LABEL, "operator": "Gt", "values": [str(MIN_DRIVER[cuda] - 1)]
+    }  # fmt: skip
+    if cuda in NO_KERNELS:
+        assert rules.pop(CARD_LABEL) == {
+            "key": CARD_LABEL, "operator": "Lt", "values": [str(NO_KERNELS[cuda])]
+        }  # fmt: skip
+    assert rules == {}
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     by_path = {path: volumes[name] for name, path in mounts.items()}

@@ -77,6 +77,11 @@ def test_a_wrong_type_and_a_value_libreyolo_refuses_stop(tmp_path: Path) -> None
     assert "Conflicting mosaic values" in refusal(
         load(tmp_path, TRAIN_ARGS="mosaic=0.5 mosaic_prob=0.3")
     )
+    # An optimizer LibreYOLO's trainer would refuse only once training starts:
+    assert refusal(load(tmp_path, TRAIN_ARGS="optimizer=lion")) == (
+        "TRAIN_ARGS: optimizer=lion: YOLO9Trainer knows sgd, adam, adamw"
+    )
+    assert options.effective(load(tmp_path, TRAIN_ARGS="optimizer=AdamW"))  # lowercased by it
     assert refusal(load(tmp_path, TRAIN_ARGS="lr0")) == (
         "TRAIN_ARGS: 'lr0' is not key=value (e.g. lr0=0.002)"
     )

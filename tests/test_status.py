@@ -1,13 +1,16 @@
 """The container's status file: phases recorded atomically, a new start begins afresh."""
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from entrypoint import status
+from entrypoint import publish, status
 from tests.conftest import REPO, trainbox
+from tests.hub import GOOD_TOKEN, Hub
 
 
 def test_phases_keep_what_was_recorded_and_a_fresh_start_resets(tmp_path: Path) -> None:
@@ -144,3 +147,56 @@ def test_the_watchdogs_signal_handler_imports_nothing(tmp_path: Path) -> None:
         "    assert '_strptime' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)
+
+
+def test_billing_keeps_one_entry_per_container_of_the_run(tmp_path: Path) -> None:
+    assert status.billed({"started": 100.0, "first_step": 130.4}, 200.0) is None  # no training
+    bill = status.billed({"started": 100.0, "first_step": 141.4, "last_step": 500.0}, 512.2)
+    assert bill == {"container_started": status.iso(100.0), "before_training_s": 41,
+                    "after_training_s": 12}  # fmt: skip
+    assert status.billed_line(bill) == "billed 41 s before training, 12 s after"
+    run_dir = tmp_path / "runs" / "run"
+    publish.record_billing(run_dir, bill)  # no manifest yet: nothing to keep it in
+    assert not publish.folder(run_dir).exists()
+    publish.write_manifest(run_dir, {"run": "run", "billed": [{"container_started": "earlier"}]})
+    publish.record_billing(run_dir, bill)
+    publish.record_billing(run_dir, {**bill, "after_training_s": 13})  # the same container
+    manifest = json.loads((publish.folder(run_dir) / publish.MANIFEST).read_text())
+    assert manifest["billed"] == [{"container_started": "earlier"},
+                                  {**bill, "after_training_s": 13}]  # fmt: skip
+
+
+def test_a_run_reports_the_seconds_billed_before_and_after_training(
+    tmp_path: Path, hub: Hub
+) -> None:
+    """The status, the last log line and the manifest (volume and Hub) say how long the
+    container ran without training: from its start to the first step, after the last one."""
+    workspace = tmp_path / "ws"
+    env = {"WORKSPACE": str(workspace), "DEVICE": "cpu", "EPOCHS": "2", "MONITOR": "false",
+           "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_TOKEN": GOOD_TOKEN,
+           "OUTPUT_REPO": "org/weights", "UPLOAD_INTERVAL": "1", "DATA": "",
+           "DATASET_REPO": "", "TRAINBOX_CONFIG": ""}  # fmt: skip
+    launched = time.time()
+    done = trainbox("run", env=env, timeout=600)
+    ended = time.time()
+    assert done.returncode == 0, done.stderr[-3000:]
+    moments = status.clock(workspace)
+    # The process's own start, from /proc (btime has a 1 s resolution).
+    assert launched - 1.5 <= moments["started"] <= launched + 5
+    assert moments["started"] < moments["first_step"] < moments["last_step"] < ended
+    bill = status.read(workspace)["billed"]
+    assert bill["before_training_s"] == round(moments["first_step"] - moments["started"])
+    assert bill["before_training_s"] > 0 and bill["after_training_s"] >= 0
+    assert bill["before_training_s"] + bill["after_training_s"] < ended - launched
+    assert done.stderr.strip().splitlines()[-1] == f"[trainbox] {status.billed_line(bill)}"
+    assert f"idle     {status.billed_line(bill)}" in trainbox("status", env=env).stdout
+    # The manifest counts the time after training up to the final upload, and the volume's
+    # published copy stays the one the Hub holds, as its index says.
+    run_dir = workspace / "runs/run"
+    here = (publish.folder(run_dir) / publish.MANIFEST).read_bytes()
+    assert hub.repos["models/org/weights"].files["run/manifest.json"] == here
+    indexed = publish.read_index(run_dir)["files"][publish.MANIFEST]
+    assert indexed == hashlib.sha256(here).hexdigest()
+    [on_hub] = json.loads(here)["billed"]
+    assert on_hub["before_training_s"] == bill["before_training_s"]
+    assert on_hub["after_training_s"] <= bill["after_training_s"]

@@ -4,6 +4,7 @@ image, with settings trainbox knows."""
 
 import copy
 import json
+import os
 import re
 import shlex
 import sys
@@ -14,6 +15,7 @@ import pytest
 import yaml
 
 from entrypoint import __version__, config
+from entrypoint.gpu import FLAVOURS
 from tests.conftest import REPO
 
 PROVIDERS = REPO / "configs" / "providers"
@@ -22,13 +24,18 @@ KNOWN = {key.upper() for key in config.KEYS} | {"HF_TOKEN", "HF_TOKEN_FILE"}
 BEAM_CLIENT = REPO / ".venv" / "beam-client"
 
 
-def test_vastai_template_keeps_the_images_entrypoint_and_its_cuda() -> None:
+VAST = ("vastai.json", "vastai-blackwell.json")
+RUNPOD = ("runpod.json", "runpod-blackwell.json")
+
+
+@pytest.mark.parametrize("name", VAST)
+def test_vastai_template_keeps_the_images_entrypoint_and_its_cuda(name: str) -> None:
     """``POST /api/v0/template/``, checked against vast.ai's own OpenAPI description (vendored
     in tests/providers, read 2026-11-30). The entrypoint (``args``) launch mode: vast.ai runs
     the image as it is, so tini and trainbox get ``docker stop``'s SIGTERM; SSH and Jupyter
     modes replace the entrypoint with vast's own (docs.vast.ai, templates: template-settings),
     and in ``args`` mode ``onstart`` would be the entrypoint (vast-cli: ``--entrypoint``)."""
-    spec = json.loads((PROVIDERS / "vastai.json").read_text())
+    spec = json.loads((PROVIDERS / name).read_text())
     openapi = yaml.safe_load(
         (REPO / "tests" / "providers" / "vastai-create-template.yaml").read_text()
     )
@@ -48,17 +55,17 @@ def test_vastai_template_keeps_the_images_entrypoint_and_its_cuda() -> None:
     assert [flags[i + 1] for i, f in enumerate(flags) if f == "-p"] == ["22:22"]
     assert settings["MONITOR_HOST"] == "127.0.0.1"
     config.load(settings)  # the settings are valid
-    # Only hosts whose driver runs the image's CUDA: cu130 needs CUDA 13.0 (driver >= 580).
-    cuda = re.search(r"-cu(\d+)(\d)$", spec["tag"])
-    assert spec["extra_filters"] == {"cuda_max_good": {"gte": float(f"{cuda[1]}.{cuda[2]}")}}
+    # The host filters (driver and card) are checked against the README's table below.
+    assert set(spec["extra_filters"]) == {"cuda_max_good", "compute_cap"}
     assert isinstance(spec["recommended_disk_space"], int)
 
 
-def test_runpod_template_is_a_valid_v2_create_template_request() -> None:
+@pytest.mark.parametrize("name", RUNPOD)
+def test_runpod_template_is_a_valid_v2_create_template_request(name: str) -> None:
     """REST v2 ``POST /v2/templates``, checked against ``CreateTemplateRequest`` in RunPod's own
     OpenAPI document (runpod/docs api-reference-v2/openapi.json, vendored in tests/providers;
     read 2026-11-30): v1 (``imageName``, ``volumeInGb``, ``readme``...) is retired."""
-    spec = json.loads((PROVIDERS / "runpod.json").read_text())
+    spec = json.loads((PROVIDERS / name).read_text())
     openapi = json.loads((REPO / "tests" / "providers" / "runpod-openapi-v2.json").read_text())
     schema = openapi["paths"]["/v2/templates"]["post"]["requestBody"]["content"]
     schema = {**schema["application/json"]["schema"], "components": openapi["components"]}
@@ -74,12 +81,11 @@ def test_runpod_template_is_a_valid_v2_create_template_request() -> None:
     config.load({k: v for k, v in spec["env"].items() if k != "HF_TOKEN"})
 
 
-# GPUs older than Turing get SkyPilot's 535-driver host image, where a cu130 image cannot run
-# (skypilot-org/skypilot#9789, sky/clouds/utils/gpu_utils.py of 0.13.0; K80 has its own image).
-PRE_TURING = {"K80", "M60", "P4", "P100", "V100"}
-# The clouds whose GPU hosts SkyPilot (>= 0.13.0) starts with the 580 driver, and that run a
-# docker image; RunPod cannot run one with its own entrypoint (SkyPilot's docker-containers
-# guide). All read 2026-11-30.
+# SkyPilot's GPU names for cards the templates' cu126 image has no kernels for: Kepler and
+# Blackwell (entrypoint/gpu.py FLAVOURS; SkyPilot's AWS and GCP catalogs).
+NO_KERNELS = {"K80", "B200", "B300", "GB200", "RTXPRO6000"}
+# The clouds whose GPU hosts run a docker image with its own entrypoint; RunPod cannot
+# (SkyPilot's docker-containers guide). Read 2026-11-30.
 SKY_CLOUDS = {"AWS", "GCP"}
 
 
@@ -127,7 +133,7 @@ def _sky_clouds(task, *features) -> set[str]:
     clouds = set()
     for resources in task.resources:
         assert IMAGE.match(resources.image_id[None].removeprefix("docker:"))
-        assert resources.accelerators and not set(resources.accelerators) & PRE_TURING
+        assert resources.accelerators and not set(resources.accelerators) & NO_KERNELS
         assert resources.cloud is not None, "pin the clouds: SkyPilot would also pick RunPod"
         resources.cloud.check_features_are_supported(
             resources, {CloudImplementationFeatures.DOCKER_IMAGE, *features}
@@ -262,9 +268,15 @@ def test_docker_run_line_uses_the_image_a_volume_shm_and_a_stop_timeout() -> Non
 def test_every_template_runs_the_same_image() -> None:
     texts = [p.read_text() for p in sorted(PROVIDERS.iterdir())]
     images = {m for text in texts for m in re.findall(r"ghcr\.io/[\w.-]+/trainbox:[\w.-]+", text)}
-    vast = json.loads((PROVIDERS / "vastai.json").read_text())
-    images.add(f"{vast['image']}:{vast['tag']}")
-    assert len(images) == 1, images
+    for name in VAST:
+        vast = json.loads((PROVIDERS / name).read_text())
+        images.add(f"{vast['image']}:{vast['tag']}")
+    # The default flavour everywhere; the -blackwell templates are the one exception.
+    blackwell = {i for i in images if i.endswith("-cu130")}
+    assert len(images - blackwell) == 1 and len(blackwell) == 1, images
+    for name in os.listdir(PROVIDERS):
+        blackwell_image = f"{__version__}-cu130" in (PROVIDERS / name).read_text()
+        assert blackwell_image == ("blackwell" in name), name
     readme = (REPO / "README.md").read_text()
     for template in sorted(PROVIDERS.iterdir()):
         assert f"configs/providers/{template.name}" in readme, template.name
@@ -307,25 +319,42 @@ def test_each_template_lands_only_on_hosts_the_readme_says_run_its_image() -> No
     table = which_image()
     assert set(table) == {"cu126", "cu130", "cu132"}
     assert table["cu130"] == ((13, 0), 580) and table["cu126"] == ((12, 6), 525)
+    archs = {f.name: sorted(f.archs) for f in FLAVOURS}
 
-    def needs(image: str) -> tuple[tuple[int, int], int]:
-        return table[re.search(r"-(cu\d+)$", image)[1]]
+    def needs(image: str) -> tuple[str, tuple[int, int], int]:
+        flavour = re.search(r"-(cu\d+)$", image)[1]
+        return (flavour, *table[flavour])
 
-    vast = json.loads((PROVIDERS / "vastai.json").read_text())
-    (cuda, _driver) = needs(vast["tag"])
-    assert vast["extra_filters"]["cuda_max_good"] == {"gte": float(f"{cuda[0]}.{cuda[1]}")}
+    def cards(flavour: str) -> tuple[int, int]:
+        """Compute capabilities (x100, as vast.ai counts) the flavour has kernels for."""
+        return archs[flavour][0] * 10, (archs[flavour][-1] // 10 + 1) * 100
 
-    runpod = json.loads((PROVIDERS / "runpod.json").read_text())
-    (cuda, _driver) = needs(runpod["image"])
-    allowed = [tuple(int(n) for n in v.split(".")) for v in runpod["allowedCudaVersions"]]
-    assert allowed and all(v[0] == cuda[0] and v >= cuda for v in allowed)
-    assert f"{cuda[0]}.{cuda[1]}" in runpod["allowedCudaVersions"]
+    for name in VAST:  # the driver's CUDA, and the card: cu126 has no Blackwell kernels
+        vast = json.loads((PROVIDERS / name).read_text())
+        (flavour, cuda, _driver) = needs(vast["tag"])
+        filters = vast["extra_filters"]
+        assert filters["cuda_max_good"] == {"gte": float(f"{cuda[0]}.{cuda[1]}")}
+        lowest, above = cards(flavour)
+        assert filters["compute_cap"].get("gte", 0) >= lowest, name
+        assert filters["compute_cap"].get("lt", 10**4) <= above, name
+        assert filters["compute_cap"] != {"gte": 0}
+
+    for name in RUNPOD:  # RunPod filters the host's CUDA; the card is chosen at deploy time
+        runpod = json.loads((PROVIDERS / name).read_text())
+        (flavour, cuda, _driver) = needs(runpod["image"])
+        allowed = [tuple(int(n) for n in v.split(".")) for v in runpod["allowedCudaVersions"]]
+        assert allowed == sorted(allowed) and allowed[0] == cuda and allowed[-1] == (13, 2)
+        assert ("Blackwell" in runpod["name"]) == (flavour == "cu130"), name
 
     for name in ("kubernetes-pytorchjob.yaml", "kubernetes-trainjob.yaml"):
         text = (PROVIDERS / name).read_text()
-        (cuda, driver) = needs(re.search(r"image: (\S+)", text)[1])
+        (flavour, cuda, driver) = needs(re.search(r"image: (\S+)", text)[1])
         rule = re.search(
             r"key: nvidia\.com/cuda\.driver-version\.major\s+operator: Gt\s+values: \[\"(\d+)\"\]",
             text,
         )
         assert rule and int(rule[1]) == driver - 1, name
+        card = re.search(
+            r"key: nvidia\.com/gpu\.compute\.major\s+operator: Lt\s+values: \[\"(\d+)\"\]", text
+        )
+        assert card and int(card[1]) == cards(flavour)[1] // 100, name

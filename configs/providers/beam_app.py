@@ -21,7 +21,7 @@ import subprocess
 
 from beam import Image, Volume, function
 
-IMAGE = "ghcr.io/OWNER/trainbox:0.1.0-cu130"
+IMAGE = "ghcr.io/OWNER/trainbox:0.1.0-cu126"
 TIMEOUT = 24 * 60 * 60  # seconds, explicit: as long as Modal's
 SETTINGS = {
     "DATASET_REPO": "my-org/my-dataset",

@@ -15,7 +15,7 @@ import subprocess
 
 import modal
 
-IMAGE = "ghcr.io/OWNER/trainbox:0.1.0-cu130"
+IMAGE = "ghcr.io/OWNER/trainbox:0.1.0-cu126"
 TIMEOUT = 24 * 60 * 60  # Modal's maximum
 SETTINGS = {
     "DATASET_REPO": "my-org/my-dataset",

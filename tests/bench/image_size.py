@@ -20,7 +20,10 @@ BASE, SYSTEM, TORCH, LIBREYOLO, TRAINBOX = (
     "trainbox",
 )
 # The Dockerfile's first own instruction: every history entry older than it is the base's.
-FIRST_OWN_STEP = "ARG TRAINBOX_VERSION"
+FIRST_OWN_STEP = "SHELL ["
+# The torch stack's steps: its five layers copied from the torch stage, and the removal of
+# what its install deleted (or, in the one-layer baseline, the pip step itself).
+TORCH_STEPS = ("torch==${TORCH_VERSION}", "COPY /layers/", "torch-removed.txt")
 
 
 def part_of(step: str) -> str:
@@ -29,33 +32,29 @@ def part_of(step: str) -> str:
         return TRAINBOX
     if "requirements.lock" in step:
         return LIBREYOLO
-    if "torch==${TORCH_VERSION}" in step:
+    if any(mark in step for mark in TORCH_STEPS):
         return TORCH
     return SYSTEM
 
 
-def sizes(image: str) -> dict[str, int]:
-    """Bytes per part, from ``docker history`` (oldest step first)."""
+def history(image: str) -> list[tuple[int, str]]:
+    """(bytes, step) of every layer, oldest first, from ``docker history``."""
     out = subprocess.run(
-        [
-            DOCKER,
-            "history",
-            "--no-trunc",
-            "--human=false",
-            "--format",
-            "{{.Size}}\t{{.CreatedBy}}",
-            image,
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+        [DOCKER, "history", "--no-trunc", "--human=false", "--format",
+         "{{.Size}}\t{{.CreatedBy}}", image],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    return [(int(size), step) for size, _, step in (line.partition("\t") for line in
+            reversed(out.splitlines()))]  # fmt: skip
+
+
+def sizes(image: str) -> dict[str, int]:
+    """Bytes per part of the story."""
     totals = dict.fromkeys((BASE, SYSTEM, TORCH, LIBREYOLO, TRAINBOX), 0)
     own = False
-    for line in reversed(out.splitlines()):
-        size, _, step = line.partition("\t")
+    for size, step in history(image):
         own = own or step.startswith(FIRST_OWN_STEP)
-        totals[part_of(step) if own else BASE] += int(size)
+        totals[part_of(step) if own else BASE] += size
     return totals
 
 
@@ -70,6 +69,16 @@ def report(image: str, totals: dict[str, int]) -> str:
     return "\n".join(lines)
 
 
+def goals(image: str, totals: dict[str, int]) -> str:
+    """Issue #15's size goals: the largest layer, and what is not the torch stack."""
+    largest = max(size for size, _ in history(image))
+    rest = sum(totals.values()) - totals[TORCH]
+    return (f"largest layer {largest / 1e9:.2f} GB (goal <= 1.5 GB); not torch "
+            f"{rest / 1e6:.0f} MB (goal <= 600 MB)")  # fmt: skip
+
+
 if __name__ == "__main__":
     image = sys.argv[1] if len(sys.argv) > 1 else "trainbox:test"
-    print(report(image, sizes(image)))
+    parts = sizes(image)
+    print(report(image, parts))
+    print(goals(image, parts))

@@ -83,16 +83,22 @@ def engine() -> None:
         pytest.skip(message)
 
 
+# The tests build the cu130 flavour, PyPI's own torch build: the one a wheelhouse or a PyPI
+# mirror holds (the default, cu126, comes from PyTorch's index, which CI cannot reach).
+TESTED_CUDA = "13.0"
+FLAVOUR_ARGS = ["--build-arg", "TORCH_INDEX_URL=", "--build-arg", f"TORCH_CUDA={TESTED_CUDA}"]
+
+
 @pytest.fixture(scope="session")
 def build_args(engine: None) -> Iterator[list[str]]:
-    """pip's source for builds: the wheelhouse on loopback when one is given, else PyPI."""
+    """The tested flavour, with pip's source: the wheelhouse on loopback when one is given."""
     wheelhouse = os.environ.get("TRAINBOX_WHEELHOUSE")
     if not wheelhouse:
-        yield []
+        yield FLAVOUR_ARGS
         return
     server = serve(Path(wheelhouse), WHEELHOUSE_PORT)
     url = f"http://127.0.0.1:{server.server_address[1]}/"
-    yield ["--build-arg", f"PIP_FIND_LINKS={url}", "--build-arg", "PIP_NO_INDEX=1"]
+    yield [*FLAVOUR_ARGS, "--build-arg", f"PIP_FIND_LINKS={url}", "--build-arg", "PIP_NO_INDEX=1"]
     server.shutdown()
 
 

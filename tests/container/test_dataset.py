@@ -53,6 +53,33 @@ def test_pack_stage_and_train_from_the_hub(
     )
 
 
+def test_a_sharded_dataset_stages_in_parallel_passes_doctor_and_trains(
+    image: str, volume: str, hub: Hub, tmp_path: Path
+) -> None:
+    demo.ensure(tmp_path / "shapes")  # 1.5 MB: two shards of at most 1 MB
+    pack = docker(
+        "run", "--rm", "--network", "host", "-v", f"{tmp_path / 'shapes'}:/pack/shapes:ro",
+        "-e", f"HF_ENDPOINT={hub.url}", "-e", "HF_HUB_DISABLE_XET=1",
+        "-e", f"HF_TOKEN={GOOD_TOKEN}", image,
+        "dataset", "pack", "/pack/shapes", "--repo", "org/shapes", "--shard-size", "1MB",
+    )  # fmt: skip
+    assert pack.returncode == 0, pack.stderr[-3000:]
+    assert pack.stdout.splitlines() == [
+        "DATASET_REPO=org/shapes",
+        "DATASET_FILE=shapes.shards.json",
+    ]
+    index = json.loads(hub.repos["datasets/org/shapes"].files["shapes.shards.json"])
+    assert len(index["shards"]) == 2
+
+    result = run_container(image, volume, env=hub_env(hub, DATASET_REPO="org/shapes"))
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert "in 2 shards, 2 at once" in result.stderr
+    assert "doctor: the dataset is healthy" in result.stderr
+    assert "epoch 1/1 done" in result.stdout
+    fetched = sorted(s.name for s in hub.served if s.name.endswith(".tar"))
+    assert fetched == ["shapes-00000.tar", "shapes-00001.tar"]  # each once, no single tar
+
+
 def test_doctor_errors_stop_the_run_and_leave_the_volume_as_it_was(
     image: str, volume: str, hub: Hub, tmp_path: Path
 ) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from entrypoint.errors import ExitCode
 from tests.container.conftest import (
+    TESTED_CUDA,
     build,
     docker,
     dockerfile_arg,
@@ -97,7 +98,7 @@ def test_torch_is_exactly_the_pinned_build_after_libreyolo(image: str) -> None:
     assert result.returncode == 0, result.stderr
     torch_version, cuda, vision, libreyolo = json.loads(result.stdout)
     assert torch_version.split("+")[0] == dockerfile_arg("TORCH_VERSION")
-    assert cuda == dockerfile_arg("TORCH_CUDA")
+    assert cuda == TESTED_CUDA
     assert vision.split("+")[0] == dockerfile_arg("TORCHVISION_VERSION")
     assert libreyolo == dockerfile_arg("LIBREYOLO_VERSION")
     labels = json.loads(

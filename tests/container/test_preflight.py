@@ -5,7 +5,7 @@ import json
 import pytest
 
 from entrypoint.errors import ExitCode
-from tests.container.conftest import in_volume, run_container
+from tests.container.conftest import TESTED_CUDA, in_volume, run_container
 from tests.hub import Hub
 
 pytestmark = pytest.mark.container
@@ -39,7 +39,7 @@ def test_check_on_the_cpu_reports_and_passes(image: str, volume: str) -> None:
     result = run_container(image, volume, "check", "--json", env={"DEVICE": "cpu"})
     assert result.returncode == 0, result.stderr[-3000:]
     verdict = json.loads(result.stdout)
-    assert verdict["ok"] and verdict["gpus"] == [] and verdict["torch_cuda"] == "13.0"
+    assert verdict["ok"] and verdict["gpus"] == [] and verdict["torch_cuda"] == TESTED_CUDA
     assert verdict["notes"][0] == "DEVICE=cpu: GPU checks skipped, training runs on the CPU"
     assert verdict["cpus"] >= 1 and verdict["workspace_free_bytes"] > 0
     assert verdict["seconds"] < 30

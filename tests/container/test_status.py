@@ -101,8 +101,10 @@ def test_one_run_walks_every_phase(image: str, volume: str, hub: Hub, tmp_path: 
     assert not running and code == 0, log[-4000:]
     phases = [s["phase"] for s in snapshots]
     walked = [p for i, p in enumerate(phases) if i == 0 or phases[i - 1] != p]
-    live = [p for p in walked if p != "resuming"]  # a brief phase: in the timeline below
-    assert live[:3] == ["preflight", "staging", "training"], walked  # seen live
+    # Brief phases, in the timeline below: resuming, and preflight with DEVICE=cpu, which no
+    # longer imports torch (under a second, shorter than the polling's docker exec).
+    live = [p for p in walked if p not in ("preflight", "resuming")]
+    assert live[:2] == ["staging", "training"], walked  # seen live
     staging = next(s["staging"] for s in snapshots if "staging" in s)
     assert staging["total"] == len(data) and 0 < staging["bytes"] <= len(data)
     assert any("CPU; torch" in s.get("gpu", "") for s in snapshots)

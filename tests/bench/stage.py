@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
-"""Staging a Hub dataset: trainbox against `curl | tar -x` and download-then-extract.
+"""Staging a Hub dataset: trainbox against `curl | tar -x` and download-then-extract, for one
+tar and for the same bytes in shards.
 
-    python tests/bench/stage.py [--gb 1.0] [--rate 150]
+    python tests/bench/stage.py [--gb 4.0] [--shards 8] [--parallel 4] [--rate 100]
 
-Serves a tar of 512 KB files from the test Hub, once throttled to ``--rate`` MB/s (a network
-as on a rented machine) and once unthrottled, and times, on the same file in the same run:
-``curl -s URL | tar -x`` (the baseline), huggingface_hub's download then tarfile's extract
-(what users do today), and ``trainbox dataset stage`` (also with a resume checkpoint every
-second, the worst case of what resumability costs). It prints each one's speed as a
-ratio to the baseline (1.0 = as fast; goal: at least 0.9 when throttled) and the peak extra
-disk each used, against the size of the extracted data.
+Serves the same files of 512 KB as one tar and as ``--shards`` shards with their index, from
+the test Hub, once throttled to ``--rate`` MB/s **per connection** (what one CDN stream gives)
+and once unthrottled, and times, on the same bytes in the same run: ``curl -s URL | tar -x``
+(the baseline), the shards through ``--parallel`` such pipelines at once, huggingface_hub's
+download then tarfile's extract (what users do today), ``trainbox dataset stage`` of the tar
+(also with a resume checkpoint every second, the worst case of what resumability costs) and of
+the shards (``STAGE_PARALLEL=--parallel``). It prints each one's speed as a ratio to the
+baseline and the peak extra disk each used, against the size of the extracted data, then the
+goals: throttled, sharded staging at least 3.5x the single tar's; unthrottled, at least 0.9x
+the baseline; peak disk 1.0x the data.
 """
 
 import argparse
@@ -25,22 +29,36 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from entrypoint import archive
+from entrypoint import archive, shards
 from tests.hub import Hub
 
 FILE_SIZE = 512 * 1024
 REPO = "bench/data"
 
 
-def make_tar(folder: Path, size: int) -> Path:
+def make_packs(folder: Path, size: int, count: int) -> tuple[Path, list[Path], bytes]:
+    """The same random files as one tar and as ``count`` shards; the shards' index."""
     source = folder / "data"
     (source / "images").mkdir(parents=True)
     (source / "data.yaml").write_text("names: {0: a}\n")
     for index in range(max(1, size // FILE_SIZE)):
         (source / "images" / f"{index:06d}.bin").write_bytes(os.urandom(FILE_SIZE))
     archive.pack(source, folder / "data.tar")
+    # A shard size that cuts the files into ``count`` shards (the last one a little smaller).
+    per = -(-(folder / "data.tar").stat().st_size // count) + FILE_SIZE
+    parts = archive.split(source, per)
+    listed = []
+    for number, paths in enumerate(parts):
+        shard = folder / shards.shard_name("data", number)
+        archive.pack(source, shard, paths)
+        listed.append({"file": shard.name, "size": shard.stat().st_size,
+                       "sha256": archive.sha256(shard), "members": len(paths)})  # fmt: skip
     shutil.rmtree(source)
-    return folder / "data.tar"
+    return (
+        folder / "data.tar",
+        [folder / s["file"] for s in listed],
+        shards.make_index("data", per, listed),
+    )
 
 
 def measure(work: Callable[[Path], None], scratch: Path) -> tuple[float, int]:
@@ -68,16 +86,31 @@ def measure(work: Callable[[Path], None], scratch: Path) -> tuple[float, int]:
     return elapsed, peak[0]
 
 
-def run_all(tar: Path, rate: float | None, scratch: Path) -> dict[str, tuple[float, int]]:
+def run_all(tar: Path, parts: list[Path], index: bytes, rate: float | None, parallel: int,
+            scratch: Path) -> dict[str, tuple[float, int]]:  # fmt: skip
     with Hub(rate=rate) as hub:
-        hub.add(REPO, {"data.tar": tar.read_bytes()})
-        url = f"{hub.url}/datasets/{REPO}/resolve/main/data.tar"
+        files = {"data.tar": tar.read_bytes(), "data.shards.json": index}
+        hub.add(REPO, files | {part.name: part.read_bytes() for part in parts})
+        del files
+        base = f"{hub.url}/datasets/{REPO}/resolve/main"
         env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "DOCTOR": "false",
                "DATASET_REPO": REPO, "DATASET_FILE": "data.tar", "DATA": "", "TRAINBOX_CONFIG": "",
                "HF_HOME": str(scratch / "hf")}  # fmt: skip
 
         def curl_tar(dest: Path) -> None:
-            subprocess.run(f"curl -s {url} | tar -x -C {dest}", shell=True, check=True)
+            subprocess.run(f"curl -s {base}/data.tar | tar -x -C {dest}", shell=True, check=True)
+
+        def curl_tar_shards(dest: Path) -> None:
+            names = " ".join(part.name for part in parts)
+            # The folders first: GNU tar that finds a member's folder missing and then cannot
+            # make it (another tar just did) fails "Cannot open: No such file or directory" (CI).
+            (dest / "data" / "images").mkdir(parents=True)
+            subprocess.run(
+                f"printf '%s\\n' {names} | xargs -P {parallel} -I{{}} sh -c "
+                f"'curl -s {base}/{{}} | tar -x -C {dest}'",
+                shell=True,
+                check=True,
+            )
 
         def download_then_extract(dest: Path) -> None:
             code = (
@@ -88,19 +121,29 @@ def run_all(tar: Path, rate: float | None, scratch: Path) -> dict[str, tuple[flo
             )
             subprocess.run([sys.executable, "-c", code, REPO, str(dest)], env=env, check=True)
 
-        def trainbox(dest: Path, checkpoint: str = "30") -> None:
+        def trainbox(dest: Path, checkpoint: str = "30", file: str = "data.tar") -> None:
             subprocess.run(
                 [sys.executable, "-m", "entrypoint", "dataset", "stage"],
-                env={**env, "WORKSPACE": str(dest), "STAGE_CHECKPOINT": checkpoint},
+                env={
+                    **env,
+                    "WORKSPACE": str(dest),
+                    "STAGE_CHECKPOINT": checkpoint,
+                    "DATASET_FILE": file,
+                    "STAGE_PARALLEL": str(parallel),
+                },
                 check=True,
                 capture_output=True,
             )
 
         results = {"curl | tar -x": measure(curl_tar, scratch)}
+        results[f"curl | tar -x, shards x{parallel}"] = measure(curl_tar_shards, scratch)
         results["download, then extract"] = measure(download_then_extract, scratch)
         results["trainbox stage"] = measure(trainbox, scratch)
         # The cost of resumability at its worst: a checkpoint (sync + hash state) every second.
         results["trainbox, checkpoint 1 s"] = measure(lambda d: trainbox(d, "1"), scratch)
+        results[f"trainbox stage, shards x{parallel}"] = measure(
+            lambda d: trainbox(d, file="data.shards.json"), scratch
+        )
 
         def restage(dest: Path) -> None:
             trainbox(dest)
@@ -113,26 +156,38 @@ def run_all(tar: Path, rate: float | None, scratch: Path) -> dict[str, tuple[flo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gb", type=float, default=1.0, help="tar size in GB")
-    parser.add_argument("--rate", type=float, default=150.0, help="throttled rate in MB/s")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    parser.add_argument("--gb", type=float, default=4.0, help="dataset size in GB")
+    parser.add_argument("--shards", type=int, default=8, help="shards of the same bytes")
+    parser.add_argument("--parallel", type=int, default=4, help="STAGE_PARALLEL")
+    parser.add_argument("--rate", type=float, default=100.0, help="MB/s per connection")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="trainbox-bench-", dir=Path.cwd()) as tmp:
         scratch = Path(tmp)
-        tar = make_tar(scratch, int(args.gb * 1e9))
+        tar, parts, index = make_packs(scratch, int(args.gb * 1e9), args.shards)
         size = tar.stat().st_size
-        print(f"tar: {size / 1e9:.2f} GB in {size // FILE_SIZE} files of 512 KB")
+        print(f"data: {size / 1e9:.2f} GB in {size // FILE_SIZE} files of 512 KB, as one tar "
+              f"and as {len(parts)} shards")  # fmt: skip
+        ratios = {}
         for label, rate in (
-            (f"throttled to {args.rate:.0f} MB/s", args.rate * 1e6),
+            (f"throttled to {args.rate:.0f} MB/s per connection", args.rate * 1e6),
             ("unthrottled", None),
         ):
-            results = run_all(tar, rate, scratch)
+            results = run_all(tar, parts, index, rate, args.parallel, scratch)
             baseline = results["curl | tar -x"][0]
             print(f"\n{label}")
-            print(f"{'method':<28}{'seconds':>9}{'speed vs curl|tar':>19}{'peak disk / data':>18}")
+            print(f"{'method':<34}{'seconds':>9}{'speed vs curl|tar':>19}{'peak disk / data':>18}")
             for method, (seconds, peak) in results.items():
                 disk = f"{peak / size:>18.2f}" if peak else f"{'-':>18}"
-                print(f"{method:<28}{seconds:>9.2f}{baseline / seconds:>19.2f}{disk}")
+                print(f"{method:<34}{seconds:>9.2f}{baseline / seconds:>19.2f}{disk}")
+            sharded = results[f"trainbox stage, shards x{args.parallel}"]
+            ratios[rate] = (results["trainbox stage"][0] / sharded[0],
+                            baseline / sharded[0], sharded[1] / size)  # fmt: skip
+        throttled, unthrottled = ratios[args.rate * 1e6], ratios[None]
+        print("\ngoals, sharded staging:")
+        print(f"  throttled, speed vs the single tar: {throttled[0]:.2f}x (goal >= 3.5x)")
+        print(f"  unthrottled, speed vs curl | tar -x: {unthrottled[1]:.2f}x (goal >= 0.9x)")
+        print(f"  peak disk / data: {max(throttled[2], unthrottled[2]):.2f} (goal 1.0)")
 
 
 if __name__ == "__main__":

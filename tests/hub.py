@@ -272,12 +272,19 @@ class Fault:
 class Served:
     """One file GET body, recorded when it starts and updated as bytes go out. Unpacks and
     indexes as ``(name, first byte, bytes sent so far)``; ``done`` once the send has ended
-    (completed, cut or failed); ``commit`` is the commit served."""
+    (completed, cut or failed); ``commit`` is the commit served; ``began`` and ``ended`` are
+    the send's ``time.monotonic()`` bounds (``ended`` None while it goes on)."""
 
     def __init__(self, name: str, start: int, commit: str) -> None:
         self.name, self.start, self.commit = name, start, commit
         self.sent = 0
         self.done = False
+        self.began, self.ended = time.monotonic(), None
+
+    def overlaps(self, other: "Served") -> bool:
+        """Whether the two bodies were being sent at the same time."""
+        now = time.monotonic()
+        return self.began < (other.ended or now) and other.began < (self.ended or now)
 
     def __iter__(self):
         return iter((self.name, self.start, self.sent))
@@ -574,7 +581,7 @@ class Hub:
                         self._send(memoryview(data)[start : end + 1], fault, served)
                 finally:
                     if served is not None:
-                        served.done = True
+                        served.ended, served.done = time.monotonic(), True
 
             def _send(self, body: memoryview, fault: Fault | None, served: Served) -> None:
                 """Send ``body`` (throttled, or cut short by ``fault``), counting the bytes sent

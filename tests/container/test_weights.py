@@ -32,7 +32,9 @@ def test_a_new_run_starts_from_an_earlier_runs_weights_on_the_hub(
     finally:
         docker("volume", "rm", "-f", second_volume)
     assert "best.pt" in fetched.split()
-    assert [s.name for s in hub.served].count("run/best.pt") == 1  # fetched once
+    [weights] = [s for s in hub.served if s.name == "run/best.pt"]  # fetched once
+    staged = [s for s in hub.served if s.name == "shapes.tar"]
+    assert any(weights.overlaps(s) for s in staged), (weights, staged)  # while it staged
     assert "fetching the start weights run/best.pt from org/weights" in logs(second)
     assert missing.returncode == ExitCode.DATASET, logs(missing)[-3000:]
     [line] = [m for m in missing.stderr.splitlines() if m.startswith("[trainbox] error:")]

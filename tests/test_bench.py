@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 
@@ -48,6 +50,20 @@ def test_the_cold_start_baseline_is_the_dockerfile_with_torch_in_one_pip_layer()
         real.split("torch-removed.txt\n")[-1],
     )
     assert one.startswith(before) and one.endswith(after)  # nothing else differs
+
+
+def test_the_cold_start_pull_goal_names_the_floor_the_unthrottled_pull_sets(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A throttled pull cannot end before the unthrottled one: that is the lowest ratio."""
+    from tests.bench import cold_start
+
+    pulls = {"unthrottled: pull": {"layers": 55.4, "baseline": 56.4},
+             "100 MB/s each: pull": {"layers": 58.7, "baseline": 75.7}}  # fmt: skip
+    cold_start.pull_goals(pulls, {"largest layer (GB)": {"layers": 1.2}}, "100 MB/s each")
+    printed = capsys.readouterr().out
+    assert "pull at 100 MB/s each: 0.78x the one-layer baseline" in printed
+    assert "floor 0.73x" in printed and "largest layer 1.20 GB" in printed
 
 
 def test_the_cold_start_proxy_caps_each_connection_not_their_sum() -> None:

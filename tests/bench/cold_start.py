@@ -253,6 +253,21 @@ def overhead(image: str, work: Path, runs: int) -> None:
     print(f"  ratio (medians)      {ratio:.2f}x (goal <= 1.2x)")
 
 
+def pull_goals(
+    pulls: dict[str, dict[str, float]], sizes: dict[str, dict[str, float]], throttled: str
+) -> None:
+    """The pull's goals, and the lowest ratio this machine allows: a throttled pull cannot end
+    before the unthrottled pull of the same image, whose time is the engine's unpacking."""
+    baseline = pulls[f"{throttled}: pull"]["baseline"]
+    ratio = pulls[f"{throttled}: pull"]["layers"] / baseline
+    floor = pulls["unthrottled: pull"]["layers"] / baseline
+    print(
+        f"\ngoals\n  pull at {throttled}: {ratio:.2f}x the one-layer baseline (goal <= 0.6x; "
+        f"this machine's floor {floor:.2f}x, its unthrottled pull)"
+    )
+    print(f"  largest layer {sizes['largest layer (GB)']['layers']:.2f} GB (goal <= 1.5 GB)")
+
+
 def build(tag: str, dockerfile: Path, wheelhouse_port: int) -> None:
     docker("build", "--network", "host", "-t", tag, "-f", str(dockerfile),
            "--build-arg", "TORCH_INDEX_URL=", "--build-arg", "TORCH_CUDA=13.0",
@@ -343,6 +358,7 @@ def main() -> None:
         throttle.close()
         show("cold pull (second engine, empty data root)", pulls)
         show("cold engine: docker run to LibreYOLO's first step", starts)
+        pull_goals(pulls, sizes, f"{args.rate:.0f} MB/s each")
         overhead(LAYERS, work, args.runs)
     finally:
         for server in reversed(servers):

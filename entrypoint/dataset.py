@@ -420,6 +420,7 @@ def pack(
             f"{source} has no data.yaml: pack the dataset's own folder", ExitCode.DATASET
         )
     parts = archive.split(source, shard_size)
+    _fits_the_hub(parts)
     dataset = repo.rpartition("/")[2]
     if name and (len(parts) > 1) != name.endswith(shards.SUFFIX):
         raise TrainboxError(
@@ -454,6 +455,16 @@ def pack(
     return name
 
 
+def _fits_the_hub(parts: list[list[Path]]) -> None:
+    """A file over the Hub's limit per file cannot be packed: said before any shard is written
+    (a shard is measured again once written, with its tar headers)."""
+    for path in (path for part in parts if len(part) == 1 for path in part):
+        if (size := path.lstat().st_size) > shards.MAX_FILE:
+            raise TrainboxError(
+                f"{path}: {_gb(size)}, over the Hub's 50 GB per file; split it", ExitCode.DATASET
+            )
+
+
 def _stale(target: hub.Target, wait: float) -> set[str]:
     """What the repo holds of an earlier pack: the default tar, the default index and the
     shards that index lists."""
@@ -478,7 +489,8 @@ def _upload_shards(source: Path, target: hub.Target, stem: str, parts: list[list
         size, digest = tar.stat().st_size, archive.sha256(tar)
         if size > shards.MAX_FILE:
             raise TrainboxError(
-                f"{paths[-1]}: over the Hub's 50 GB per file even alone in a shard; split it",
+                f"{paths[-1]}: {_gb(size)} with its tar headers, over the Hub's 50 GB per "
+                "file; split it",
                 ExitCode.DATASET,
             )
         listed.append({"file": shard, "size": size, "sha256": digest, "members": len(paths)})

@@ -164,6 +164,24 @@ def test_packing_holds_one_shard_on_disk_at_a_time(
     assert list(scratch.iterdir()) == []
 
 
+def test_a_file_over_the_hubs_limit_is_refused_before_any_shard_is_written(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """A sparse 50 GB file (no disk used): one line and exit 3 at once, nothing uploaded."""
+    folder = tmp_path / "src" / "big"
+    folder.mkdir(parents=True)
+    (folder / "data.yaml").write_text("names: {0: a}\n")
+    with open(folder / "huge.bin", "wb") as huge:
+        huge.truncate(shards.MAX_FILE + 1)
+    started = time.monotonic()
+    packed = pack(hub, folder, tmp_path)
+    assert packed.returncode == ExitCode.DATASET, packed.stderr
+    line = packed.stderr.strip().splitlines()[-1]
+    assert line.endswith(f"{folder}/huge.bin: 50.00 GB, over the Hub's 50 GB per file; split it")
+    assert time.monotonic() - started < 60  # not one byte of it read
+    assert not any(method == "POST" for method, _ in hub.requests)
+
+
 def many_shards(hub: Hub, tmp_path: Path, count: int, size: int) -> Path:
     """A folder packed into ``count`` shards of about ``size`` bytes (512 KB random files)."""
     folder = tmp_path / "src" / "big"

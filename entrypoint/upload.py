@@ -60,8 +60,8 @@ def prepare(cfg: Config, manifest: dict[str, Any]) -> None:
     write_manifest(cfg.run_dir, manifest)
     where = target(cfg)
     hub.ensure_repo(where, private=True, wait=cfg.hub_wait)
-    operations = hub.operations({f"{cfg.run_name}/{MANIFEST}": published(cfg.run_dir) / MANIFEST})
-    hub.commit(where, operations, f"{cfg.run_name}: start", wait=cfg.hub_wait)
+    start = {f"{cfg.run_name}/{MANIFEST}": published(cfg.run_dir) / MANIFEST}
+    hub.put(where, start, f"{cfg.run_name}: start", wait=cfg.hub_wait)
     log.info("uploads go to %s/%s (private if it was created now)", cfg.output_repo, cfg.run_name)
 
 

@@ -19,6 +19,7 @@ from entrypoint.errors import ExitCode
 from tests.conftest import REPO, trainbox
 from tests.hub import GOOD_TOKEN, Fault, Hub
 from tests.test_dataset import digests
+from tests.test_dataset import env_for as dataset_env
 
 REPO_ID = "org/big"
 MIB = 1 << 20
@@ -26,12 +27,9 @@ BLOCK = 512
 
 
 def env_for(hub: Hub, workspace: Path, **extra: str) -> dict[str, str]:
-    return {
-        "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_HOME": str(workspace / "hf"),
-        "HF_TOKEN": GOOD_TOKEN, "HF_TOKEN_FILE": "", "WORKSPACE": str(workspace),
-        "DOCTOR": "false", "DATASET_REPO": REPO_ID, "DATASET_FILE": "", "DATA": "",
-        "TRAINBOX_CONFIG": "", **extra,
-    }  # fmt: skip
+    """test_dataset's settings, for this module's repo, with a token that writes."""
+    mine = {"DATASET_REPO": REPO_ID, "HF_TOKEN": GOOD_TOKEN, "DATASET_FILE": ""}
+    return dataset_env(hub, workspace, **{**mine, **extra})
 
 
 def pack(hub: Hub, folder: Path, tmp_path: Path, *args: str, **extra: str):

@@ -19,7 +19,7 @@ def bench(script: str, *args: str, timeout: float) -> str:
 
 
 def test_stage_bench_compares_every_method_on_both_rates() -> None:
-    printed = bench("stage.py", "--gb", "0.02", "--rate", "50", timeout=300)
+    printed = bench("stage.py", "--gb", "0.02", "--rate", "50", "--rounds", "2", timeout=300)
     assert "as one tar and as 8 shards" in printed
     for section in ("throttled to 50 MB/s per connection", "unthrottled"):
         block = printed.split(section, 1)[1]

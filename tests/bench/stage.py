@@ -2,7 +2,7 @@
 """Staging a Hub dataset: trainbox against `curl | tar -x` and download-then-extract, for one
 tar and for the same bytes in shards.
 
-    python tests/bench/stage.py [--gb 4.0] [--shards 8] [--parallel 4] [--rate 100]
+    python tests/bench/stage.py [--gb 4.0] [--shards 8] [--parallel 4] [--rate 100] [--rounds 3]
 
 Serves the same files of 512 KB as one tar and as ``--shards`` shards with their index, from
 the test Hub, once throttled to ``--rate`` MB/s **per connection** (what one CDN stream gives)
@@ -10,7 +10,8 @@ and once unthrottled, and times, on the same bytes in the same run: ``curl -s UR
 (the baseline), the shards through ``--parallel`` such pipelines at once, huggingface_hub's
 download then tarfile's extract (what users do today), ``trainbox dataset stage`` of the tar
 (also with a resume checkpoint every second, the worst case of what resumability costs) and of
-the shards (``STAGE_PARALLEL=--parallel``). It prints each one's speed as a ratio to the
+the shards (``STAGE_PARALLEL=--parallel``). Each method runs ``--rounds`` times, each round
+starting one method later, and its median counts. It prints each one's speed as a ratio to the
 baseline and the peak extra disk each used, against the size of the extracted data, then the
 goals: throttled, sharded staging at least 3.5x the single tar's; unthrottled, at least 0.9x
 the baseline; peak disk 1.0x the data.
@@ -61,8 +62,9 @@ def make_packs(folder: Path, size: int, count: int) -> tuple[Path, list[Path], b
     )
 
 
-def measure(work: Callable[[Path], None], scratch: Path) -> tuple[float, int]:
-    """Seconds for ``work(dest)`` and the peak extra bytes on the disk meanwhile."""
+def measure(work: Callable[[Path], float | None], scratch: Path) -> tuple[float, int]:
+    """Seconds for ``work(dest)`` (or those it returns, if it times itself) and the peak extra
+    bytes on the disk meanwhile."""
     dest = scratch / "dest"
     dest.mkdir()
     base = shutil.disk_usage(scratch).used
@@ -76,18 +78,18 @@ def measure(work: Callable[[Path], None], scratch: Path) -> tuple[float, int]:
     sampler.start()
     started = time.perf_counter()
     try:
-        work(dest)
+        own = work(dest)
     finally:
         elapsed = time.perf_counter() - started
         done.set()
         sampler.join()
     peak[0] = max(peak[0], shutil.disk_usage(scratch).used - base)
     shutil.rmtree(dest)
-    return elapsed, peak[0]
+    return (elapsed, peak[0]) if own is None else (own, 0)
 
 
 def run_all(tar: Path, parts: list[Path], index: bytes, rate: float | None, parallel: int,
-            scratch: Path) -> dict[str, tuple[float, int]]:  # fmt: skip
+            scratch: Path, count: int) -> dict[str, tuple[float, int]]:  # fmt: skip
     with Hub(rate=rate) as hub:
         files = {"data.tar": tar.read_bytes(), "data.shards.json": index}
         hub.add(REPO, files | {part.name: part.read_bytes() for part in parts})
@@ -135,24 +137,44 @@ def run_all(tar: Path, parts: list[Path], index: bytes, rate: float | None, para
                 capture_output=True,
             )
 
-        results = {"curl | tar -x": measure(curl_tar, scratch)}
-        results[f"curl | tar -x, shards x{parallel}"] = measure(curl_tar_shards, scratch)
-        results["download, then extract"] = measure(download_then_extract, scratch)
-        results["trainbox stage"] = measure(trainbox, scratch)
-        # The cost of resumability at its worst: a checkpoint (sync + hash state) every second.
-        results["trainbox, checkpoint 1 s"] = measure(lambda d: trainbox(d, "1"), scratch)
-        results[f"trainbox stage, shards x{parallel}"] = measure(
-            lambda d: trainbox(d, file="data.shards.json"), scratch
-        )
-
-        def restage(dest: Path) -> None:
+        def restage(dest: Path) -> float:  # the second start finds the marker
             trainbox(dest)
             started = time.perf_counter()
             trainbox(dest)
-            results["trainbox restart (staged)"] = (time.perf_counter() - started, 0)
+            return time.perf_counter() - started
 
-        measure(restage, scratch)
-        return results
+        methods: dict[str, Callable[[Path], float | None]] = {
+            "curl | tar -x": curl_tar,
+            f"curl | tar -x, shards x{parallel}": curl_tar_shards,
+            "download, then extract": download_then_extract,
+            "trainbox stage": trainbox,
+            # The cost of resumability at its worst: a checkpoint (sync + hash state) every second.
+            "trainbox, checkpoint 1 s": lambda d: trainbox(d, "1"),
+            f"trainbox stage, shards x{parallel}": lambda d: trainbox(d, file="data.shards.json"),
+            "trainbox restart (staged)": restage,
+        }
+        return {name: median(runs) for name, runs in rounds(methods, scratch, count).items()}
+
+
+def rounds(methods: dict[str, Callable[[Path], float | None]], scratch: Path,
+           count: int) -> dict[str, list[tuple[float, int]]]:  # fmt: skip
+    """Each method's ``measure`` in ``count`` rounds, each round starting one method later.
+    One round is not enough on a small VM: the same ``curl | tar -x`` of 4 GB took 13.6, 8.4
+    and 6.9 s in three runs in a row here, and 15.4 s first in a run against 5.0 s in the
+    next (perf: ext4's ``recently_deleted`` while it picks inodes, after the last method's
+    rmtree; the page cache's state moves with every method), so the order decided the
+    ratios."""
+    names = list(methods)
+    runs: dict[str, list[tuple[float, int]]] = {name: [] for name in names}
+    for turn in range(count):
+        for name in names[turn % len(names) :] + names[: turn % len(names)]:
+            runs[name].append(measure(methods[name], scratch))
+    return runs
+
+
+def median(runs: list[tuple[float, int]]) -> tuple[float, int]:
+    """The median time (the upper one of an even count) and the largest peak disk."""
+    return sorted(s for s, _ in runs)[len(runs) // 2], max(p for _, p in runs)
 
 
 def main() -> None:
@@ -161,6 +183,7 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=8, help="shards of the same bytes")
     parser.add_argument("--parallel", type=int, default=4, help="STAGE_PARALLEL")
     parser.add_argument("--rate", type=float, default=100.0, help="MB/s per connection")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each method (median)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="trainbox-bench-", dir=Path.cwd()) as tmp:
         scratch = Path(tmp)
@@ -173,7 +196,7 @@ def main() -> None:
             (f"throttled to {args.rate:.0f} MB/s per connection", args.rate * 1e6),
             ("unthrottled", None),
         ):
-            results = run_all(tar, parts, index, rate, args.parallel, scratch)
+            results = run_all(tar, parts, index, rate, args.parallel, scratch, args.rounds)
             baseline = results["curl | tar -x"][0]
             print(f"\n{label}")
             print(f"{'method':<34}{'seconds':>9}{'speed vs curl|tar':>19}{'peak disk / data':>18}")

@@ -20,6 +20,7 @@ the baseline; peak disk 1.0x the data.
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -174,7 +175,7 @@ def rounds(methods: dict[str, Callable[[Path], float | None]], scratch: Path,
 
 def median(runs: list[tuple[float, int]]) -> tuple[float, int]:
     """The median time (the upper one of an even count) and the largest peak disk."""
-    return sorted(s for s, _ in runs)[len(runs) // 2], max(p for _, p in runs)
+    return statistics.median_high(s for s, _ in runs), max(p for _, p in runs)
 
 
 def main() -> None:

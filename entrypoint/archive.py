@@ -9,7 +9,6 @@ import ctypes
 import hashlib
 import io
 import os
-import shutil
 import tarfile
 import zlib
 from collections import deque
@@ -215,21 +214,96 @@ def _inside(root: Path, path: Path) -> bool:
     return path == root or root in path.parents
 
 
-def _target(root: Path, name: str) -> Path:
-    """Where a member goes, or UnsafeArchive. ``root`` is already resolved."""
-    parts = Path(name).parts
-    if not name or Path(name).is_absolute() or ".." in parts:
-        raise UnsafeArchive(name, "has an absolute path or '..'")
-    target = root.joinpath(*parts)
-    # Resolve links extracted so far: writing through one must stay inside too.
-    if not _inside(root, target.parent.resolve()):
-        raise UnsafeArchive(name, "goes through a link that leads outside the dataset")
-    return target
+class _Placer:
+    """Writes members under ``root`` (already resolved), or refuses them.
+
+    The folders a member's parent resolves to, and those already made, are remembered until
+    the next symlink is placed (only a symlink can change where a path leads): resolving and
+    making every file's folder again, and two stats to look for something to replace, took
+    16% of a 4-shard staging's samples (py-spy, 2 GB of 512 KB files, 2026-12-01)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.inside: set[Path] = set()  # parents known to resolve inside root
+        self.made: set[Path] = set()  # parents known to exist
+
+    def target(self, name: str) -> Path:
+        """Where a member goes, or UnsafeArchive."""
+        parts = Path(name).parts
+        if not name or Path(name).is_absolute() or ".." in parts:
+            raise UnsafeArchive(name, "has an absolute path or '..'")
+        target = self.root.joinpath(*parts)
+        # Resolve links extracted so far: writing through one must stay inside too.
+        if target.parent not in self.inside:
+            if not _inside(self.root, target.parent.resolve()):
+                raise UnsafeArchive(name, "goes through a link that leads outside the dataset")
+            self.inside.add(target.parent)
+        return target
+
+    def _folder(self, path: Path) -> None:
+        if path not in self.made:
+            path.mkdir(parents=True, exist_ok=True)
+            self.made.add(path)
+
+    def place(self, member: tarfile.TarInfo, opened: Callable[[tarfile.TarInfo], Any]) -> None:
+        """Write one member; ``opened(member)`` reads a file's bytes."""
+        target = self.target(member.name)
+        try:
+            self._put(member, target, opened)
+        except (FileExistsError, IsADirectoryError, NotADirectoryError):
+            raise UnsafeArchive(member.name, "clashes with a folder or file before it") from None
+
+    def _put(self, member: tarfile.TarInfo, target: Path, opened: Callable[..., Any]) -> None:
+        if member.isdir():
+            self._folder(target)
+        elif member.issparse():
+            raise UnsafeArchive(member.name, "is a sparse file, which staging does not extract")
+        elif member.isfile():
+            self._folder(target.parent)
+            _write(target, opened(member), 0o644 | (member.mode & 0o111))
+        elif member.issym():
+            link = (target.parent.resolve() / member.linkname).resolve()
+            if Path(member.linkname).is_absolute() or not _inside(self.root, link):
+                raise UnsafeArchive(member.name, f"links outside ({member.linkname!r})")
+            self._folder(target.parent)
+            _replace(target)
+            target.symlink_to(member.linkname)
+            self.inside.clear()
+            self.made.clear()
+        elif member.islnk():
+            source = self.target(member.linkname)
+            if not source.is_file() or not _inside(self.root, source.resolve()):
+                raise UnsafeArchive(member.name, f"links outside ({member.linkname!r})")
+            _replace(target)
+            os.link(source, target)
+        else:
+            raise UnsafeArchive(member.name, "is a device, fifo or other special file")
 
 
 def _replace(target: Path) -> None:
     if target.is_symlink() or target.is_file():
         target.unlink()
+
+
+NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _write(target: Path, data: Any, mode: int) -> None:
+    """``data``'s bytes into a new file at ``target`` (what was there, a file or a link, is
+    replaced, never written through), with ``mode``."""
+    try:
+        fd = os.open(target, NEW_FILE, 0o600)
+    except FileExistsError:
+        _replace(target)
+        fd = os.open(target, NEW_FILE, 0o600)
+    try:
+        while chunk := data.read(BUFFER):
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view) :]
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
 
 
 def extract(
@@ -250,7 +324,7 @@ def extract(
     staging CPU-bound: 1.65 s of user CPU per GB against 0.1 for ``curl | tar -x``, measured
     here on 4 GB.
     """
-    root = dest.resolve()
+    placer = _Placer(dest.resolve())
     count = members
     try:
         reader.peek()
@@ -262,7 +336,7 @@ def extract(
             opened = reader.section
         with tar:
             for member in tar:
-                _place(root, member, opened)
+                placer.place(member, opened)
                 count += 1
                 if checkpoint and not reader.compressed:
                     checkpoint(tar.offset, count)
@@ -272,36 +346,6 @@ def extract(
         ) from None
     reader.drain()
     return count
-
-
-def _place(root: Path, member: tarfile.TarInfo, opened: Callable[[tarfile.TarInfo], Any]) -> None:
-    """Write one member under ``root``, or refuse it; ``opened(member)`` reads a file's bytes."""
-    target = _target(root, member.name)
-    if member.isdir():
-        target.mkdir(parents=True, exist_ok=True)
-    elif member.issparse():
-        raise UnsafeArchive(member.name, "is a sparse file, which staging does not extract")
-    elif member.isfile():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        _replace(target)
-        with open(target, "wb") as out:
-            shutil.copyfileobj(opened(member), out, BUFFER)
-        target.chmod(0o644 | (member.mode & 0o111))
-    elif member.issym():
-        link = (target.parent.resolve() / member.linkname).resolve()
-        if Path(member.linkname).is_absolute() or not _inside(root, link):
-            raise UnsafeArchive(member.name, f"links outside ({member.linkname!r})")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        _replace(target)
-        target.symlink_to(member.linkname)
-    elif member.islnk():
-        source = _target(root, member.linkname)
-        if not source.is_file() or not _inside(root, source.resolve()):
-            raise UnsafeArchive(member.name, f"links outside ({member.linkname!r})")
-        _replace(target)
-        os.link(source, target)
-    else:
-        raise UnsafeArchive(member.name, "is a device, fifo or other special file")
 
 
 def _normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:

@@ -68,6 +68,8 @@ def test_extract_from_a_stream_hashes_every_byte(tmp_path: Path) -> None:
         ([("dir", "d", b""), ("sym", "d/up", "../..")], "links outside"),
         ([("hard", "hard", "../../etc/passwd")], "absolute path or '..'"),
         ([("dev", "null", b"")], "device, fifo"),
+        ([("dir", "d", b""), ("sym", "d", ".")], "clashes with a folder"),
+        ([("file", "f", b"x"), ("file", "f/g", b"y")], "clashes with a folder"),
     ],
 )
 def test_unsafe_members_are_refused(tmp_path: Path, members: list, why: str) -> None:
@@ -78,6 +80,21 @@ def test_unsafe_members_are_refused(tmp_path: Path, members: list, why: str) -> 
     assert caught.value.code == ExitCode.DATASET
     assert why in str(caught.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dest"]
+
+
+def test_a_member_replaces_a_link_before_it_and_never_writes_through_it(tmp_path: Path) -> None:
+    data = make_tar(
+        ("file", "ds/real/kept", b"old"),
+        ("sym", "ds/link", "real/kept"),
+        ("file", "ds/link", b"new"),  # replaces the link: ds/real/kept keeps its bytes
+        ("sym", "ds/alias", "real"),  # a folder reached through a link placed after ds/real
+        ("file", "ds/alias/more", b"more"),
+    )
+    extract(data, tmp_path)
+    assert (tmp_path / "ds/real/kept").read_bytes() == b"old"
+    assert not (tmp_path / "ds/link").is_symlink()
+    assert (tmp_path / "ds/link").read_bytes() == b"new"
+    assert (tmp_path / "ds/real/more").read_bytes() == b"more"
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage"])

@@ -11,7 +11,8 @@ and once unthrottled, and times, on the same bytes in the same run: ``curl -s UR
 download then tarfile's extract (what users do today), ``trainbox dataset stage`` of the tar
 (also with a resume checkpoint every second, the worst case of what resumability costs) and of
 the shards (``STAGE_PARALLEL=--parallel``). Each method runs ``--rounds`` times, each round
-starting one method later, and its median counts. It prints each one's speed as a ratio to the
+starting one method later, and its median counts; the disk is synced before each, so no
+method pays for the writeback of the one before. It prints each one's speed as a ratio to the
 baseline and the peak extra disk each used, against the size of the extracted data, then the
 goals: throttled, sharded staging at least 3.5x the single tar's; unthrottled, at least 0.9x
 the baseline; peak disk 1.0x the data.
@@ -68,6 +69,8 @@ def measure(work: Callable[[Path], float | None], scratch: Path) -> tuple[float,
     bytes on the disk meanwhile."""
     dest = scratch / "dest"
     dest.mkdir()
+    # The previous method's dirty pages go to disk first, not on this one's clock.
+    os.sync()
     base = shutil.disk_usage(scratch).used
     peak, done = [0], threading.Event()
 

@@ -39,6 +39,23 @@ def registry(engine: None) -> Iterator[int]:
     shutil.rmtree(folder, ignore_errors=True)
 
 
+def make_room(folder: Path, compressed: int, image: str) -> None:
+    """Disk for a cold pull into ``folder``: the compressed layers it downloads and the image
+    they unpack to, with 1 GB to spare. The CI machine's disk is shared and has filled here
+    ("no space left on device" in the cold engine's pull, 2026-12-01): when it is short, this
+    engine's build cache goes first (the session's image is built; no later test builds), and
+    if that is not enough, the test fails saying how much was missing, before pulling."""
+    size = int(docker("image", "inspect", "--format", "{{.Size}}", image).stdout.strip() or 0)
+    needed = compressed + size + 10**9
+    if shutil.disk_usage(folder).free < needed:
+        docker("builder", "prune", "--force", timeout=900)
+    free = shutil.disk_usage(folder).free
+    assert free >= needed, (
+        f"the cold pull needs {needed / 1e9:.1f} GB free in {folder.parent} and "
+        f"{free / 1e9:.1f} GB are, after pruning the build cache: free disk on this machine"
+    )
+
+
 def test_a_release_reaches_the_registry_and_a_cold_engine_pulls_its_tag_and_labels(
     image: str, build_args: list[str], registry: int
 ) -> None:
@@ -55,6 +72,7 @@ def test_a_release_reaches_the_registry_and_a_cold_engine_pulls_its_tag_and_labe
     with urllib.request.urlopen(f"http://127.0.0.1:{registry}/v2/o/trainbox/tags/list") as tags:
         assert json.load(tags)["tags"] == [f"{__version__}-cu130"]
     folder = Path(tempfile.mkdtemp(prefix="tbc-", dir="/tmp"))
+    make_room(folder, cold_start.compressed(registry, f"o/trainbox:{__version__}-cu130")[0], image)
     engine, host = cold_start.cold_engine(folder)
     try:
         assert docker("-H", host, "image", "ls", "-q").stdout == ""  # cold: it has nothing

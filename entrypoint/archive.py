@@ -9,6 +9,7 @@ import ctypes
 import hashlib
 import io
 import os
+import shutil
 import tarfile
 import zlib
 from collections import deque
@@ -296,14 +297,9 @@ def _write(target: Path, data: Any, mode: int) -> None:
     except FileExistsError:
         _replace(target)
         fd = os.open(target, NEW_FILE, 0o600)
-    try:
-        while chunk := data.read(BUFFER):
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(fd, view) :]
+    with open(fd, "wb") as out:  # writes of BUFFER skip its buffer: no copy
+        shutil.copyfileobj(data, out, BUFFER)
         os.fchmod(fd, mode)
-    finally:
-        os.close(fd)
 
 
 def extract(

@@ -37,7 +37,6 @@ def client_at(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
         "huggingface_hub.constants.HUGGINGFACE_CO_URL_TEMPLATE",
         url + "/{repo_id}/resolve/{revision}/{filename}",
     )
-    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_DISABLE_XET", True, raising=False)
 
 
 @pytest.fixture

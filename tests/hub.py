@@ -1,7 +1,8 @@
 """A Hub-compatible test server on 127.0.0.1, for the real huggingface_hub client.
 
 It speaks what trainbox uses: file resolve (HEAD/GET with Range), paths-info, repo creation,
-and the upload protocol (preupload, LFS batch with basic transfer, PUT, NDJSON commit). It keeps
+and both upload protocols: Xet, which huggingface_hub uses whenever hf_xet is installed (as in
+the image), and LFS basic transfer (preupload, LFS batch, PUT), then the NDJSON commit. It keeps
 a log of every request, one snapshot of the files per commit, and injects faults: a status
 code with an ``X-Error-Code``, 429/5xx, a silent wait before the answer (``hang``), a
 connection dropped or stalled after some body bytes, a throttled body rate (per connection:
@@ -42,6 +43,24 @@ source, 2026-11-30, unless said otherwise):
   ``paths`` and ``expand`` to ``/api/{type}s/{id}/paths-info/{revision}``.
 - Revisions: every commit keeps a snapshot; ``main`` is the newest, a full commit sha serves that
   commit's bytes, with that sha in ``X-Repo-Commit``.
+- Xet (hub-docs ``docs/xet/``, read 2026-12-01; hf_xet 1.8.0's requests seen here): ``GET
+  /api/{models,datasets}/REPO/xet-{read,write}-token/REV`` answers ``{accessToken, exp,
+  casUrl}`` (what hf_xet parses) and the ``X-Xet-*`` headers (what huggingface_hub parses);
+  write needs a token that may write (read-only: 403, bad: 401), and a mirror (``xet =
+  False``) answers 404. The CAS at ``/cas`` takes only those tokens (401, or 403 for a read
+  token on a write): chunk queries are 404 (no global dedup), xorb grants 404 (hf_xet then
+  POSTs the xorb itself), ``POST /v1/xorbs/default/HASH`` stores a parsed xorb
+  (``{"was_inserted"}``),
+  ``POST /v2/shards`` (NDJSON ``result`` event) and ``/v1/shards`` register each file whose
+  terms name stored chunks making the bytes of its sha256 (else 400), which then count as an
+  uploaded LFS object for the commit; ``GET /v{1,2}/reconstructions/ID`` (with ``Range``)
+  point at ``/xorb-data/HASH`` byte ranges, one range per URL. The formats: ``tests/xet.py``.
+- LFS files: ``/resolve/`` answers 302 to a bridge on another origin (``bridge_url``; the real
+  one is another host, and huggingface_hub follows a same-origin redirect with the token,
+  ``utils/_http.py``), with ``X-Repo-Commit``, ``X-Linked-Etag`` and ``X-Linked-Size`` on the
+  redirect, and ``X-Xet-Hash`` with a ``Link: <read token route>; rel="xet-auth"`` for a file
+  stored through Xet (hub-docs ``docs/xet/file-id.md``). The bridge serves ``Range`` and needs
+  no ``Authorization`` (a signed URL in reality).
 
 Where it still simplifies:
 
@@ -59,19 +78,22 @@ Where it still simplifies:
   rejected because it contains binary files" (wording from a third-party client's docs, the
   Elixir ``HfHub.Commit.Preupload``, not from Hugging Face). An ``lfsFile`` whose object was
   never uploaded is refused with 400 in words made up here.
-- LFS files are answered directly with 200; the real Hub redirects (302) to a CDN with the
-  ``X-Linked-*`` headers on the redirect (``get_hf_file_metadata`` reads ``Location`` and skips
-  ``Content-Length`` on a redirect; the redirect itself is not verified here). The LFS batch
-  always asks for an upload; the real one leaves out ``actions`` for objects it already holds
+- The LFS batch always asks for an upload; the real one leaves out ``actions`` for objects it
+  already holds
   (``_commit_api.py::_upload_lfs_files`` then skips the PUT). Preupload never answers a file's
   ``oid``, so the client never drops an unchanged file from a commit
   (``hf_api.py::HfApi.create_commit``, which would then also call ``repo_info``, not served).
 - Revisions: only ``main`` and full 40-hex commit shas; no other branches, tags, short shas or
   pull requests. Commits go to ``main`` only. A commit id is the sha1 of the parent and the
-  changes, not of a git commit object. No 128-commits-per-hour limit, no xet.
-- ``drop_after`` acts on resolve GET bodies and on LFS upload PUTs (the connection is cut
-  after that many bytes of the upload, with no answer); ``stall_after`` on GET bodies only. On
-  other routes a fault with only those is counted (``times``) and does nothing else.
+  changes, not of a git commit object. No 128-commits-per-hour limit. Xet: no hash is
+  recomputed (``tests/xet.py`` says what is checked instead), tokens never expire within a
+  test, every bridge and xorb URL is one unsigned origin, files added with ``add`` are LFS
+  without Xet (no ``X-Xet-Hash``: served by the bridge only, as older LFS files are).
+- A fault with a status or a hang applies to the request it first matches; one that only cuts
+  (``drop_after``) or stalls (``stall_after``) applies to the first matching request that sends
+  or receives a file body: a file GET (the bridge's, or a regular file's resolve), an LFS PUT,
+  a xorb or shard POST (cut after that many bytes, with no answer). ``stall_after`` acts on
+  GET bodies only.
 """
 
 import base64
@@ -88,9 +110,12 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote
 
+from tests import xet
+
 GOOD_TOKEN = "hf_testtoken_good"
 READ_TOKEN = "hf_testtoken_read"  # may read everything public and private, write nothing
 RESOLVE = re.compile(r"^/(?:(datasets|models)/)?([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
+XET_TOKEN = re.compile(r"^/api/(datasets|models)/([^/]+/[^/]+)/xet-(read|write)-token/[^/]+$")
 BRANCH_MOVED = "The branch was updated since you opened this page. Please refresh and try again."
 
 LFS_THRESHOLD = 10 * 1024 * 1024  # "files larger than 10MB" (Hub docs); the boundary is a guess
@@ -321,6 +346,14 @@ class Hub:
         self.uploads: dict[str, bytes] = {}  # LFS objects by sha256
         self.served: list[Served] = []
         self.upload_modes: list[tuple[str, str, str]] = []
+        self.xet = True  # False: a Hub-compatible mirror without Xet (its token routes are 404)
+        self.xorbs: dict[str, list[xet.Chunk]] = {}  # the CAS: stored xorbs by hash, parsed
+        self.xorb_bytes: dict[str, bytes] = {}  # ... and as they were sent
+        self.xet_files: dict[str, xet.FileInfo] = {}  # files registered by a shard, by Xet hash
+        self.xet_hashes: dict[str, str] = {}  # sha256 -> Xet hash of those files
+        self.xet_tokens: dict[str, str] = {}  # Xet tokens handed out -> "read" or "write"
+        self.bridged: dict[str, tuple[bytes, str]] = {}  # sha256 -> (bytes, commit) redirected to
+        self.bridge_auth: list[bool] = []  # per bridge request: whether it had an Authorization
         self._lock = threading.Lock()  # the state above, as the handler threads change it
         self._serving = threading.Lock()  # the listening socket: open, close, reopen
         self._closing = threading.Event()  # set on exit: hangs and stalls end
@@ -331,17 +364,26 @@ class Hub:
         self._server = self._bind(0)
         self.port = self._server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
+        # Another origin, as the real bridge and transfer hosts are (huggingface_hub follows a
+        # redirect to the same origin with the token, and stops at any other: utils/_http.py
+        # ``_httpx2_follow_hub_redirects_with_backoff``): LFS bytes and xorb ranges.
+        self._bridge_server = _Server(("127.0.0.1", 0), self._handler_class)
+        self.bridge_url = f"http://127.0.0.1:{self._bridge_server.server_address[1]}"
 
     def __enter__(self) -> "Hub":
         with self._serving:
             self._started = True
             self._serve()
+        threading.Thread(target=self._bridge_server.serve_forever, args=(0.05,),
+                         daemon=True).start()  # fmt: skip
         return self
 
     def __exit__(self, *_: object) -> None:
         self._closing.set()
         with self._serving:
             self._close()
+        self._bridge_server.shutdown()
+        self._bridge_server.server_close()
 
     def add(
         self,
@@ -361,7 +403,8 @@ class Hub:
 
     def downloads(self, name: str) -> list[str]:
         """The GET requests that fetched a file named ``name``."""
-        return [path for method, path in self.requests if method == "GET" and path.endswith(name)]
+        return [path for method, path in self.requests
+                if method == "GET" and RESOLVE.match(path) and path.endswith(name)]  # fmt: skip
 
     def refuse(self, seconds: float) -> threading.Event:
         """Close the listening socket now, so that connecting is refused (not reset), and
@@ -412,13 +455,36 @@ class Hub:
                     return
             self._closing.wait(left)
 
-    def _fault(self, method: str, path: str) -> Fault | None:
+    def _fault(self, method: str, path: str, *, body: bool = False) -> Fault | None:
+        """The fault for a request as it arrives (one with a status or a hang), or with
+        ``body``, for a file body about to be sent or received (one that only cuts or stalls
+        it: a redirect or an answer without a file body leaves it for the next)."""
         now = time.monotonic()
         with self._lock:
             for fault in self.faults:
-                if fault.path in path and method in fault.methods and fault._take(now):
+                answers = fault.status is not None or fault.hang is not None
+                if (fault.path in path and method in fault.methods and answers != body
+                        and fault._take(now)):  # fmt: skip
                     return fault
         return None
+
+    def _assemble(self, info: xet.FileInfo) -> bytes:
+        """A registered file's bytes from the stored xorbs; ``ValueError`` if a term names a
+        xorb or chunks the CAS does not hold, or the bytes are not what the shard says. Call
+        with ``_lock`` held."""
+        parts = []
+        for term in info.terms:
+            stored = self.xorbs.get(term.xorb)
+            if stored is None or not 0 <= term.start < term.end <= len(stored):
+                raise ValueError(f"xorb {term.xorb} chunks {term.start}-{term.end}: not uploaded")
+            data = b"".join(chunk.data for chunk in stored[term.start : term.end])
+            if len(data) != term.size:
+                raise ValueError(f"xorb {term.xorb}: {len(data)} bytes, the term says {term.size}")
+            parts.append(data)
+        data = b"".join(parts)
+        if info.sha256 is None or hashlib.sha256(data).hexdigest() != info.sha256:
+            raise ValueError(f"file {info.file_hash}: no sha256, or not the bytes' sha256")
+        return data
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         hub = self
@@ -482,6 +548,19 @@ class Hub:
                     return
                 if match := RESOLVE.match(path):
                     self._resolve(*match.groups(), fault)
+                elif match := XET_TOKEN.match(path):
+                    self._xet_token(f"{match.group(1)}/{match.group(2)}", match.group(3))
+                elif path.startswith("/cas/") or path == "/v1/telemetry":
+                    self._cas(path.removeprefix("/cas"), fault)
+                elif match := re.match(r"^/xet-bridge/([0-9a-f]{64})/", path):
+                    self._bridge(match.group(1), path.split("/", 3)[3], fault)
+                elif match := re.match(r"^/xorb-data/([0-9a-f]{64})$", path):
+                    with hub._lock:
+                        data = hub.xorb_bytes.get(match.group(1))
+                    if data is None:
+                        self._error(404, None, "no such xorb")
+                    else:
+                        self._serve_bytes(data, {}, None)
                 elif match := re.match(r"^/api/(datasets|models)/(.+)/paths-info/([^/]+)$", path):
                     key = f"{match.group(1)}/{match.group(2)}"
                     self._paths_info(key, match.group(3), self._body())
@@ -496,11 +575,7 @@ class Hub:
                 ):
                     self._lfs_batch(json.loads(self._body()))
                 elif match := re.match(r"^/upload/([0-9a-f]{64})$", path):
-                    if fault and fault.drop_after is not None:  # the uplink breaks mid-upload
-                        size = int(self.headers.get("Content-Length", 0))
-                        self.rfile.read(min(fault.drop_after, size))
-                        self.close_connection = True
-                        self.connection.shutdown(socket.SHUT_RDWR)
+                    if self._cut_upload(fault):
                         return
                     body = self._body()
                     if hashlib.sha256(body).hexdigest() == match.group(1):
@@ -551,25 +626,39 @@ class Hub:
                     self._error(404, "EntryNotFound", headers={"X-Repo-Commit": commit})
                     return
                 data = snapshot.files[name]
-                start, end = 0, len(data) - 1
-                status = 200
+                if name not in snapshot.lfs:
+                    headers = {"X-Repo-Commit": commit, "ETag": f'"{snapshot.blob_id(name)}"'}
+                    self._serve_bytes(data, headers, Served(name, 0, commit), fault)
+                    return
+                sha = snapshot.sha256(name)
+                with hub._lock:
+                    hub.bridged[sha] = (data, commit)
+                    xet_hash = hub.xet_hashes.get(sha)
+                headers = {"Location": f"{hub.bridge_url}/xet-bridge/{sha}/{name}",
+                           "X-Repo-Commit": commit, "ETag": f'"{sha}"', "X-Linked-Etag": f'"{sha}"',
+                           "X-Linked-Size": str(len(data))}  # fmt: skip
+                if xet_hash:  # stored through Xet: the client may fetch it with the protocol
+                    route = f"{hub.url}/api/{kind or 'models'}/{repo_id}/xet-read-token/{commit}"
+                    headers |= {"X-Xet-Hash": xet_hash, "Link": f'<{route}>; rel="xet-auth"'}
+                self._reply(302, b"", headers)
+
+            def _serve_bytes(
+                self, data: bytes, headers: dict, served: Served | None, fault: Fault | None = None
+            ) -> None:
+                """Answer a GET or HEAD for ``data`` (200, or 206 for a ``Range``), sending the
+                body as ``_send`` does; ``served`` records a file body."""
+                start, end, status = 0, len(data) - 1, 200
                 if ranged := re.match(r"bytes=(\d+)-(\d*)", self.headers.get("Range", "")):
-                    start = int(ranged.group(1))
-                    end = int(ranged.group(2) or end)
-                    status = 206
-                headers = {"Content-Length": str(end - start + 1), "X-Repo-Commit": commit}
-                if name in snapshot.lfs:
-                    sha = snapshot.sha256(name)
-                    headers |= {"ETag": f'"{sha}"', "X-Linked-Etag": f'"{sha}"',
-                                "X-Linked-Size": str(len(data))}  # fmt: skip
-                else:
-                    headers["ETag"] = f'"{snapshot.blob_id(name)}"'
-                headers["Accept-Ranges"] = "bytes"
+                    start, end, status = int(ranged.group(1)), int(ranged.group(2) or end), 206
+                    end = min(end, len(data) - 1)
+                headers = {"Content-Length": str(end - start + 1), "Accept-Ranges": "bytes",
+                           **headers}  # fmt: skip
                 if status == 206:
                     headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
-                served = None
-                if self.command == "GET":
-                    served = Served(name, start, commit)
+                if self.command != "GET":
+                    served = None
+                if served is not None:
+                    served.start = start
                     with hub._lock:
                         hub.served.append(served)
                 try:
@@ -577,13 +666,175 @@ class Hub:
                     for key, value in headers.items():
                         self.send_header(key, value)
                     self.end_headers()
-                    if served is not None:
-                        self._send(memoryview(data)[start : end + 1], fault, served)
+                    if self.command == "GET":
+                        self._send(memoryview(data)[start : end + 1], self._body_fault(fault),
+                                   served)  # fmt: skip
                 finally:
                     if served is not None:
                         served.ended, served.done = time.monotonic(), True
 
-            def _send(self, body: memoryview, fault: Fault | None, served: Served) -> None:
+            def _body_fault(self, fault: Fault | None) -> Fault | None:
+                """The fault that cuts or stalls this body: the answer's own, or the next one
+                that only does that (``drop_after``/``stall_after``, no status, no hang)."""
+                if fault and (fault.drop_after is not None or fault.stall_after is not None):
+                    return fault
+                return hub._fault(self.command, unquote(self.path.split("?", 1)[0]), body=True)
+
+            def _cut_upload(self, fault: Fault | None) -> bool:
+                """A ``drop_after`` fault on an upload: the connection is cut after that many
+                bytes of the body, with no answer (the uplink breaks mid-upload)."""
+                fault = self._body_fault(fault)
+                if fault is None or fault.drop_after is None:
+                    return False
+                size = int(self.headers.get("Content-Length", 0))
+                self.rfile.read(min(fault.drop_after, size))
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return True
+
+            def _bridge(self, sha: str, name: str, fault: Fault | None) -> None:
+                """The bytes of an LFS file, where ``/resolve/`` redirects: no Authorization
+                needed (the real bridge URL is signed), ``Range`` served."""
+                with hub._lock:
+                    found = hub.bridged.get(sha)
+                if found is None:
+                    self._error(404, None, "no such object")
+                    return
+                data, commit = found
+                with hub._lock:
+                    hub.bridge_auth.append(bool(self.headers.get("Authorization")))
+                self._serve_bytes(data, {"ETag": f'"{sha}"'}, Served(name, 0, commit), fault)
+
+            def _xet_token(self, key: str, scope: str) -> None:
+                """A Xet token for the CAS (hub-docs ``docs/xet/auth.md``): the JSON body and the
+                ``X-Xet-*`` headers huggingface_hub reads (``utils/_xet.py``). Write needs the
+                good token (read-only: 403, bad: 401), read any access to the repo; a mirror
+                without Xet answers 404."""
+                repo = hub.repos.get(key)
+                if not hub.xet:
+                    self._error(404, None, f"no route for GET {self.path}")
+                    return
+                if repo is None:
+                    self._error(404, "RepoNotFound", "Repository not found")
+                    return
+                if scope == "write" and not self._may_write():
+                    return
+                if scope == "read" and not self._authorized(repo):
+                    self._error(401, "RepoNotFound", "Repository not found")
+                    return
+                with hub._lock:
+                    token = f"xet_{scope}_{len(hub.xet_tokens)}"
+                    hub.xet_tokens[token] = scope
+                expires = int(time.time()) + 3600
+                self._json(200, {"accessToken": token, "exp": expires, "casUrl": f"{hub.url}/cas"},
+                           {"X-Xet-Cas-Url": f"{hub.url}/cas", "X-Xet-Access-Token": token,
+                            "X-Xet-Token-Expiration": str(expires)})  # fmt: skip
+
+            def _cas(self, path: str, fault: Fault | None) -> None:
+                """The CAS routes (hub-docs ``docs/xet/api.md``), with the token's scope."""
+                token = self.headers.get("Authorization", "").removeprefix("Bearer ")
+                scope = hub.xet_tokens.get(token)
+                writes = self.command == "POST" and re.match(r"^/v[12]/(xorbs|shards)", path)
+                if scope is None or (writes and scope != "write"):
+                    if self.command == "POST" and not self._cut_upload(fault):
+                        self._body()
+                    self._error(401 if scope is None else 403, None, "xet token refused")
+                elif match := re.match(r"^/v1/xorbs/default/([0-9a-f]{64})$", path):
+                    self._xorb(match.group(1), fault)
+                elif re.match(r"^/v[12]/shards$", path) and self.command == "POST":
+                    self._shard(path.startswith("/v2/"), fault)
+                elif match := re.match(r"^/v([12])/reconstructions/([0-9a-f]{64})$", path):
+                    self._reconstruction(match.group(2), match.group(1) == "2")
+                elif path.endswith("/v1/telemetry"):
+                    self._body()
+                    self._json(200, {})
+                else:  # global dedup (no chunk is known), xorb grants: "not here", go on
+                    if self.command == "POST":
+                        self._body()
+                    self._error(404, None, f"no route for {self.command} /cas{path}")
+
+            def _xorb(self, digest: str, fault: Fault | None) -> None:
+                if self.command == "HEAD":
+                    with hub._lock:
+                        data = hub.xorb_bytes.get(digest)
+                    self._reply(404 if data is None else 200, b"",
+                                {"Content-Length": str(len(data or b""))})  # fmt: skip
+                    return
+                if self._cut_upload(fault):
+                    return
+                body = self._body()
+                try:
+                    parsed = xet.chunks(body)
+                except ValueError as err:
+                    self._error(400, None, f"xorb {digest}: {err}")
+                    return
+                with hub._lock:
+                    inserted = digest not in hub.xorbs
+                    hub.xorbs[digest], hub.xorb_bytes[digest] = parsed, body
+                if hub.upload_rate:
+                    time.sleep(len(body) / hub.upload_rate)
+                self._json(200, {"was_inserted": inserted})
+
+            def _shard(self, streamed: bool, fault: Fault | None) -> None:
+                """Register a shard's files: every term must name chunks of a stored xorb, and
+                the bytes they make must have the sha256 the shard claims. The file is then an
+                uploaded LFS object, as a PUT makes one."""
+                if self._cut_upload(fault):
+                    return
+                try:
+                    infos = xet.files(self._body())
+                    with hub._lock:
+                        made = [(info, hub._assemble(info)) for info in infos]
+                except ValueError as err:
+                    self._error(400, None, f"shard refused: {err}")
+                    return
+                with hub._lock:
+                    for info, data in made:
+                        hub.xet_files[info.file_hash] = info
+                        hub.uploads[info.sha256] = data
+                        hub.xet_hashes[info.sha256] = info.file_hash
+                if streamed:
+                    self._reply(200, b'{"type":"result","result":1}\n',
+                                {"Content-Type": "application/x-ndjson"})  # fmt: skip
+                else:
+                    self._json(200, {"result": 1})
+
+            def _reconstruction(self, file_hash: str, v2: bool) -> None:
+                """Which chunks of which xorbs make the file (``download-protocol.md``), each
+                term fetched from its own URL with one byte range."""
+                with hub._lock:
+                    info = hub.xet_files.get(file_hash)
+                if info is None:
+                    self._error(404, None, "file not found")
+                    return
+                size = sum(t.size for t in info.terms)
+                first, last = 0, size - 1
+                if ranged := re.match(r"bytes=(\d+)-(\d*)", self.headers.get("Range", "")):
+                    first, last = int(ranged.group(1)), min(int(ranged.group(2) or last), last)
+                if first >= size:
+                    self._error(416, None, "range start past the end of the file")
+                    return
+                terms, fetch, at, skip = [], {}, 0, None
+                for term in info.terms:
+                    if at + term.size > first and at <= last:
+                        skip = first - at if skip is None else skip
+                        with hub._lock:
+                            stored = hub.xorbs[term.xorb]
+                        span = {"start": stored[term.start].start,
+                                "end": stored[term.end - 1].end - 1}  # fmt: skip
+                        chunks = {"start": term.start, "end": term.end}
+                        terms.append({"hash": term.xorb, "unpacked_length": term.size,
+                                      "range": chunks})  # fmt: skip
+                        where = f"{hub.bridge_url}/xorb-data/{term.xorb}"
+                        fetch.setdefault(term.xorb, []).append(
+                            {"url": where, "ranges": [{"chunks": chunks, "bytes": span}]} if v2
+                            else {"url": where, "range": chunks, "url_range": span}
+                        )  # fmt: skip
+                    at += term.size
+                self._json(200, {"offset_into_first_range": skip or 0, "terms": terms,
+                                 "xorbs" if v2 else "fetch_info": fetch})  # fmt: skip
+
+            def _send(self, body: memoryview, fault: Fault | None, served: Served | None) -> None:
                 """Send ``body`` (throttled, or cut short by ``fault``), counting the bytes sent
                 in ``served`` as they go."""
                 drop = fault.drop_after if fault else None
@@ -599,7 +850,8 @@ class Hub:
                         self.close_connection = True
                         return
                     sent += len(piece)
-                    served.sent = sent
+                    if served is not None:
+                        served.sent = sent
                     if hub.rate:
                         ahead = sent / hub.rate - (time.monotonic() - started)
                         if ahead > 0:

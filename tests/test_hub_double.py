@@ -2,6 +2,7 @@
 real Hub does wherever trainbox depends on it, and its faults must do what they say."""
 
 import hashlib
+import random
 import socket
 import threading
 import time
@@ -19,7 +20,9 @@ from huggingface_hub import (
 )
 from huggingface_hub.errors import HfHubHTTPError
 
-from tests.hub import GOOD_TOKEN, Fault, Hub, git_blob_id, upload_mode
+from entrypoint import hub as gateway
+from entrypoint.errors import ExitCode, TrainboxError
+from tests.hub import GOOD_TOKEN, READ_TOKEN, Fault, Hub, git_blob_id, upload_mode
 
 REPO = "org/w"
 INDEX = b'{"epoch": 1, "files": {"last.pt": "abc"}}\n'
@@ -35,7 +38,6 @@ def api(hub: Hub, monkeypatch: pytest.MonkeyPatch) -> HfApi:
         "huggingface_hub.constants.HUGGINGFACE_CO_URL_TEMPLATE",
         hub.url + "/{repo_id}/resolve/{revision}/{filename}",
     )
-    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_DISABLE_XET", True, raising=False)
     hub.add(REPO, {}, kind="models")
     return HfApi(token=GOOD_TOKEN)
 
@@ -68,15 +70,25 @@ def test_the_rule_for_regular_files_and_lfs() -> None:
     assert upload_mode("notes.txt", 600, "é".encode() * 300) == "regular"  # a cut character
 
 
+@pytest.mark.parametrize("transfer", ["xet", "lfs"])
 def test_a_json_is_a_regular_git_file_and_a_pt_goes_to_lfs(
-    hub: Hub, api: HfApi, tmp_path: Path
+    hub: Hub, api: HfApi, tmp_path: Path, transfer: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Through Xet, as production uploads (hf_xet installed), and through LFS basic transfer,
+    what huggingface_hub does with HF_HUB_DISABLE_XET (the switch this case is about)."""
+    if transfer == "lfs":
+        monkeypatch.setattr("huggingface_hub.constants.HF_HUB_DISABLE_XET", True)
     oid = commit(api, {"run/index.json": INDEX, "run/last.pt": WEIGHTS})
     key = f"models/{REPO}"
     assert sorted(hub.upload_modes) == [(key, "run/index.json", "regular"),
                                         (key, "run/last.pt", "lfs")]  # fmt: skip
     puts = [path for method, path in hub.requests if method == "PUT"]
-    assert puts == [f"/upload/{hashlib.sha256(WEIGHTS).hexdigest()}"]  # only the .pt via LFS
+    xorbs = [path for method, path in hub.requests if path.startswith("/cas/v1/xorbs/")]
+    if transfer == "lfs":
+        assert puts == [f"/upload/{hashlib.sha256(WEIGHTS).hexdigest()}"] and not xorbs
+    else:  # the .pt's chunks in a xorb, registered by a shard; no LFS PUT
+        assert xorbs and not puts and ("POST", "/cas/v2/shards") in hub.requests
+        assert hub.xet_hashes.keys() == {hashlib.sha256(WEIGHTS).hexdigest()}
     assert hub.repos[key].commits[-1] == oid
     assert hub.repos[key].files == {"run/index.json": INDEX, "run/last.pt": WEIGHTS}
     assert hub.repos[key].snapshots[oid].lfs == {"run/last.pt"}
@@ -104,6 +116,69 @@ def test_a_json_is_a_regular_git_file_and_a_pt_goes_to_lfs(
     assert Path(path).read_bytes() == INDEX
     path = hf_hub_download(REPO, "run/last.pt", cache_dir=tmp_path / "cache")
     assert Path(path).read_bytes() == WEIGHTS
+
+
+def test_xet_uploads_come_back_byte_for_byte_by_xet_and_by_the_redirect(
+    hub: Hub, api: HfApi, tmp_path: Path
+) -> None:
+    """A 40 MB file and a small JSON uploaded through Xet by the real client (hf_xet), then
+    downloaded byte-identical by hf_hub_download (its own Xet download: the read token, the
+    reconstruction, the xorb ranges) and by the gateway's stream, which follows the resolve
+    redirect to the bridge with its Range and without the token."""
+    big = random.Random(24).randbytes(40 << 20)  # 40 MiB: several xorb-sized runs of chunks
+    small = b'{"epoch": 7}\n'
+    commit(api, {"w/big.pt": big, "w/a.json": small})
+    sha = hashlib.sha256(big).hexdigest()
+    assert hub.repos[f"models/{REPO}"].files["w/big.pt"] == big
+    assert [m for m, p in hub.requests if p.startswith("/upload/")] == []  # no LFS PUT
+    assert hub.xet_hashes.keys() == {sha}  # the JSON stays a regular git file
+
+    path = hf_hub_download(REPO, "w/big.pt", cache_dir=tmp_path / "cache")
+    assert Path(path).read_bytes() == big
+    assert ("GET", f"/cas/v2/reconstructions/{hub.xet_hashes[sha]}") in hub.requests
+    path = hf_hub_download(REPO, "w/a.json", cache_dir=tmp_path / "cache")
+    assert Path(path).read_bytes() == small
+
+    target = gateway.Target("OUTPUT_REPO", REPO, "w/big.pt", repo_type="model")
+    remote = gateway.remote_file(target, wait=5)
+    assert (remote.size, remote.sha256) == (len(big), sha)
+    assert b"".join(gateway.stream(remote, 12345, wait=5, target=target)) == big[12345:]
+    [served] = [s for s in hub.served if s.name == "w/big.pt"]
+    assert served.start == 12345 and hub.bridge_auth == [False]  # Range kept, token not sent
+
+
+@pytest.mark.parametrize(("token", "status"), [(READ_TOKEN, 403), ("hf_wrong", 401)])
+def test_a_refused_xet_token_is_the_tokens_line(
+    hub: Hub, api: HfApi, monkeypatch: pytest.MonkeyPatch, token: str, status: int
+) -> None:
+    """hf_xet reports a refused write token as a bare ConnectionError; the gateway asks the
+    token route itself and says which token and what to do, exit 7."""
+    monkeypatch.setenv("HF_TOKEN", token)
+    monkeypatch.setattr(gateway, "_xet_until", {})
+    target = gateway.Target("OUTPUT_REPO", REPO, repo_type="model")
+    with pytest.raises(TrainboxError) as caught:
+        gateway.put(target, {"run/last.pt": WEIGHTS}, "epoch 1", wait=5)
+    assert caught.value.code == ExitCode.UPLOAD
+    assert f"the Hub refused HF_TOKEN for OUTPUT_REPO={REPO} ({status})" in str(caught.value)
+    assert not [p for _, p in hub.requests if p.startswith("/cas/")]  # refused before the CAS
+
+
+def test_a_mirror_without_xet_uploads_through_lfs(
+    hub: Hub, api: HfApi, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Hub-compatible server without Xet (its token route is 404): said once, then LFS."""
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_XET", False)
+    monkeypatch.setattr(gateway, "_xet_until", {})
+    hub.xet = False
+    target = gateway.Target("OUTPUT_REPO", REPO, repo_type="model")
+    gateway.put(target, {"run/last.pt": WEIGHTS}, "epoch 1", wait=5)
+    gateway.put(target, {"run/best.pt": WEIGHTS[::-1]}, "epoch 2", wait=5)
+    assert hub.repos[f"models/{REPO}"].files["run/best.pt"] == WEIGHTS[::-1]
+    assert len([p for m, p in hub.requests if m == "PUT"]) == 2  # both through LFS
+    said = [r.message for r in caplog.records if "no Xet storage" in r.message]
+    assert len(said) == 1 and "uploads go through LFS" in said[0]
 
 
 def test_a_commit_sha_serves_that_commits_bytes(hub: Hub, api: HfApi, tmp_path: Path) -> None:

@@ -19,12 +19,14 @@ File bytes are streamed with urllib, which is several times faster than the clie
 HTTP stack for one large file, and a dropped connection is resumed with a Range request.
 """
 
+import errno
 import functools
 import http.client
 import logging
 import os
 import re
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -49,11 +51,31 @@ T = TypeVar("T")
 listeners: list[Callable[[str], None]] = []  # told of every wait (the job: the status file)
 
 
+# hf_xet's own timeouts and retries (its defaults: connect 60 s, read 300 s, 5 retries from
+# 3 s; it has no write timeout, and a shard upload no read timeout), shortened so that a
+# transfer left behind by ``_bounded`` mostly ends within a minute. Durations need their unit:
+# a bare "5" is ignored (hf_xet logs "cannot be parsed ... reverting to default" only in its
+# own log file). A value already in the environment wins. The caps bound HF_HOME/xet on the
+# volume (by default its shard cache may grow to 16 GB and its logs to 250 MB).
+XET_SHARD_CACHE, XET_LOGS = 2 * 10**9, 50 * 10**6  # bytes HF_HOME/xet may hold, at most
+XET_SETTINGS = {
+    "HF_XET_CLIENT_CONNECT_TIMEOUT": "10s",
+    "HF_XET_CLIENT_READ_TIMEOUT": "30s",
+    "HF_XET_CLIENT_RETRY_MAX_ATTEMPTS": "1",  # retries: 2 attempts in all
+    "HF_XET_CLIENT_RETRY_BASE_DELAY": "1s",
+    "HF_XET_CLIENT_RETRY_MAX_DURATION": "10s",  # the longest single wait between attempts
+    "HF_XET_SHARD_CACHE_SIZE_LIMIT": f"{XET_SHARD_CACHE // 10**6}MB",
+    "HF_XET_LOG_DIR_MAX_SIZE": f"{XET_LOGS // 10**6}MB",
+}
+
+
 @functools.cache
 def _hf() -> Any:
     """huggingface_hub, imported on first use and set up once. Imported with the module, it and
     httpx2 took 0.13 s of the start of every trainbox process (python -X importtime), the
     training program's and those beside it included, which never talk to the Hub."""
+    for key, value in XET_SETTINGS.items():  # read by hf_xet when its session starts
+        os.environ.setdefault(key, value)
     import httpx2
     import huggingface_hub
     import huggingface_hub.errors
@@ -172,6 +194,8 @@ def classify(err: BaseException) -> str | None:
 
 
 def _why(err: BaseException) -> str:
+    if isinstance(err, TransferFailed):
+        return str(err)[:200]
     return str(status_of(err) or type(err).__name__)
 
 
@@ -412,6 +436,97 @@ class BranchMoved(Exception):
 MOVED_STATUS = (409, 412)
 
 
+class TransferFailed(ConnectionError):
+    """hf_xet failed a transfer without a status to tell why: the Hub could not be asked, as
+    far as trainbox can tell (waited out)."""
+
+
+# What an unwritable or full disk looks like when hf_xet writes its cache (HF_HOME/xet).
+LOCAL_DISK = (errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EROFS, errno.EDQUOT)
+
+
+def _transfer_error(err: Exception, target: Target) -> Exception:
+    """What an upload's transfer raised, as the gateway tells it. hf_xet 1.8.0 raises
+    ``ConnectionError`` for every HTTP status and network error, ``TimeoutError``, ``OSError``
+    for its own file I/O, ``ValueError``/``RuntimeError`` for the rest, and two classes of its
+    own: ``XetAuthenticationError`` (a ``PermissionError``) and ``XetObjectNotFoundError`` (a
+    ``FileNotFoundError``) (xet-core ``xet_pkg/src/error.rs``, checked in the wheel,
+    2026-12-01). A Hub answer or a network error stays as it is; a refused Xet token is the
+    token's line; the local disk its own line (both exit 7); anything else ``TransferFailed``."""
+    import hf_xet
+
+    if classify(err) is not None:
+        return err
+    if isinstance(err, getattr(hf_xet, "XetAuthenticationError", ())):
+        return TrainboxError(
+            f"the Hub's Xet storage refused HF_TOKEN for {target.setting}={target.repo} ({err}); "
+            "make a token with write access at https://huggingface.co/settings/tokens",
+            target.code,
+        )
+    theirs = isinstance(err, getattr(hf_xet, "XetObjectNotFoundError", ()))
+    if (
+        not theirs
+        and isinstance(err, OSError)
+        and (type(err) in (OSError, PermissionError, FileNotFoundError) or err.errno in LOCAL_DISK)
+    ):
+        cache = _hf().constants.HF_XET_CACHE
+        return TrainboxError(
+            f"upload to {target.setting}={target.repo}: a local file or the xet cache {cache} "
+            f"cannot be written or read ({err}); free space on the volume or make it writable",
+            target.code,
+        )
+    return TransferFailed(f"{type(err).__name__}: {err}")
+
+
+def _bounded(transfer: Callable[[], object], deadline: float, target: Target) -> None:
+    """Run ``transfer`` (the file bytes of a commit), given up at ``deadline``. hf_xet retries
+    and times out on its own (one CAS answering 503 held a commit 427 s; a hung xorb upload
+    300 s), and a thread inside it cannot be interrupted: it runs in a thread of its own, left
+    to end by hf_xet's own timeouts (``XET_SETTINGS``) while the caller goes on."""
+    failed: list[Exception] = []
+
+    def run() -> None:
+        try:
+            transfer()
+        except Exception as err:
+            failed.append(err)
+
+    worker = threading.Thread(target=run, name="hub-transfer", daemon=True)
+    worker.start()
+    worker.join(max(1.0, deadline - time.monotonic()))
+    if worker.is_alive():
+        raise TransferFailed("the upload got no answer in time; left behind")
+    if failed:
+        raise _transfer_error(failed[0], target) from failed[0]
+
+
+_xet_until: dict[tuple[str, str, str], float] = {}  # (endpoint, repo, revision): token expiry
+
+
+def _xet_route(target: Target) -> None:
+    """Ask the Hub for the Xet write token huggingface_hub will use (once per token lifetime):
+    a refusal (401/403) is the token's line, a Hub-compatible mirror without Xet (a 404 that
+    names no repo or revision) makes the uploads use LFS from now on, said once. hf_xet asks
+    the same route itself, but reports a refusal as a bare ConnectionError."""
+    hf = _hf()
+    key = (hf.constants.ENDPOINT, target.repo, target.revision)
+    if not hf.utils._runtime.is_xet_available() or _xet_until.get(key, 0) > time.time():
+        return
+    where = (f"{hf.constants.ENDPOINT}/api/{target.repo_type}s/{target.repo}/xet-write-token/"
+             f"{target.revision}")  # fmt: skip
+    headers = hf.utils.build_hf_headers(token=token(), library_name="trainbox",
+                                        library_version=__version__)  # fmt: skip
+    response = hf.utils.get_session().get(where, headers=headers)
+    if response.status_code == 404 and "X-Error-Code" not in response.headers:
+        log.warning("the Hub at HF_ENDPOINT=%s has no Xet storage (xet-write-token: 404): "
+                    "uploads go through LFS", hf.constants.ENDPOINT)  # fmt: skip
+        hf.constants.HF_HUB_DISABLE_XET = True
+        return
+    hf.utils.hf_raise_for_status(response)
+    expires = response.json().get("exp") if response.content else None
+    _xet_until[key] = (expires if isinstance(expires, int | float) else time.time() + 600) - 60
+
+
 def commit(
     target: Target,
     operations: "list[CommitOperationAdd | CommitOperationDelete]",
@@ -424,7 +539,16 @@ def commit(
     branch moved, ``BranchMoved`` is raised (the caller looks again); without, a 412 is retried."""
     client = api()
 
+    additions = [op for op in operations if isinstance(op, _hf().CommitOperationAdd)]
+    deadline = time.monotonic() + wait
+
     def attempt() -> "CommitInfo":
+        _xet_route(target)
+        # The bytes first, apart: hf_xet's errors are told from the commit's.
+        _bounded(lambda: client.preupload_lfs_files(target.repo, additions,
+                                                    repo_type=target.repo_type,
+                                                    revision=target.revision),
+                 deadline, target)  # fmt: skip
         try:
             return client.create_commit(
                 target.repo,

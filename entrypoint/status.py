@@ -248,6 +248,8 @@ def _upload_lines(up: dict[str, Any] | None) -> list[str]:
     if up.get("epoch"):
         lines = [f"upload   epoch {up['epoch']} at {up.get('at', '?')}, "
                  f"{up.get('pending', 0)} file(s) pending"]  # fmt: skip
+    if up.get("retrying"):
+        lines.append(f"upload   retrying: {up['retrying']}")
     if up.get("last_error"):
         lines.append(f"warning  last upload failed: {up['last_error']}")
     return lines

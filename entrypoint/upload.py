@@ -113,13 +113,18 @@ class Uploader:
             staging = Path(tempfile.mkdtemp(prefix=".uploading-", dir=into))
             try:
                 return self._commit(index, pending, staging, wait)
-            except (TrainboxError, hub.BranchMoved) as err:
-                self.last_error = str(err)
-                log.warning("upload of epoch %d failed: %s", index["epoch"], err)
-                self._save(pending=len(pending))
+            except Exception as err:  # any: the cycles and the flush must go on trying
+                known = isinstance(err, TrainboxError | hub.BranchMoved)
+                self.last_error = str(err) if known else f"{type(err).__name__}: {err}"
+                log.warning("upload of epoch %d failed: %s", index["epoch"], self.last_error)
+                self._save(pending=len(pending), retrying="")
                 return False
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
+
+    def retrying(self, message: str) -> None:
+        """Told of each wait for the Hub during a push: ``trainbox status`` shows it."""
+        self._save(retrying=message)
 
     def _commit(self, index: dict, pending: dict[str, str], staging: Path, wait: float) -> bool:
         # Hard links pin the published files: a newer snapshot renamed over them meanwhile
@@ -158,7 +163,7 @@ class Uploader:
         self.commits.append(time.monotonic())
         self.last_error = ""
         left = len(self.pending()[1])
-        self._save(pending=left, epoch=epoch, at=status.iso())
+        self._save(pending=left, epoch=epoch, at=status.iso(), retrying="")
         log.info("uploaded epoch %d: %s (commit %s)", epoch, ", ".join(sorted(pending)),
                  info.oid[:12])  # fmt: skip
         return not left
@@ -178,10 +183,11 @@ def main(cfg: Config, stop_file: Path | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer's interrupt is not ours
     uploader = Uploader(cfg)
+    hub.listeners[:] = [uploader.retrying]
 
     def cycles() -> None:
         while not stop.wait(cfg.upload_interval):
-            uploader.push()
+            uploader.push()  # it fails as one line in the log and the status, never raises
 
     # In a thread: a push in flight when SIGTERM comes does not eat the flush's budget.
     threading.Thread(target=cycles, daemon=True).start()

@@ -7,6 +7,8 @@ shows them.
 
 import math
 
+from .hub import XET_LOGS, XET_SHARD_CACHE
+
 GB = 1e9
 MARGIN = 1.30
 # A libreyolo checkpoint holds the model's weights, their training copy, their EMA and the
@@ -40,7 +42,7 @@ def disk(
     snapshots = epochs // save_period if save_period else 0
     kept = 2 + snapshots
     checkpoints = kept * checkpoint * 2
-    subtotal = tar_bytes + checkpoints
+    subtotal = tar_bytes + checkpoints + XET_SHARD_CACHE + XET_LOGS
     total = subtotal * MARGIN
     allocate = math.ceil(total / GB)
     lines = [
@@ -50,6 +52,8 @@ def disk(
         f"checkpoints  {checkpoint / GB:.3f} GB each x {kept} (best, last, {snapshots} "
         f"snapshot(s): {epochs} epochs / SAVE_PERIOD {save_period}) x 2 (weights/ and "
         f"its published copy) = {checkpoints / GB:.3f} GB",
+        f"xet cache    at most {(XET_SHARD_CACHE + XET_LOGS) / GB:.3f} GB (HF_HOME/xet: the "
+        "upload's chunk indexes and logs, capped)",
         f"subtotal     {subtotal / GB:.3f} GB",
         f"margin       x {MARGIN:.2f} = {total / GB:.3f} GB",
         f"allocate     {allocate} GB",

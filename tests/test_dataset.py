@@ -24,7 +24,7 @@ REPO_ID = "org/shapes"
 
 def env_for(hub: Hub, workspace: Path, **extra: str) -> dict[str, str]:
     return {
-        "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_HOME": str(workspace / "hf"),
+        "HF_ENDPOINT": hub.url, "HF_HOME": str(workspace / "hf"),
         "HF_TOKEN": "", "HF_TOKEN_FILE": "", "WORKSPACE": str(workspace), "DOCTOR": "false",
         "DATASET_REPO": REPO_ID, "DATA": "", "TRAINBOX_CONFIG": "", **extra,
     }  # fmt: skip

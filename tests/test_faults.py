@@ -11,6 +11,7 @@ a brief one is waited out and the step goes on. Whatever happens, the epoch insi
 import hashlib
 import io
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from entrypoint import config, dataset, publish, resume, upload
 from entrypoint import hub as gateway
 from entrypoint.errors import ExitCode, TrainboxError
 from tests.conftest import client_at, tar_on_hub
-from tests.hub import GOOD_TOKEN, Fault, Hub
+from tests.hub import GOOD_TOKEN, READ_TOKEN, Fault, Hub
 
 HUB_EPOCH = 3  # the run on the Hub; this volume has published epoch 4 (or nothing)
 LONG, BRIEF = 60.0, 1.5  # seconds a fault lasts: past HUB_WAIT (3 s), or within it
@@ -201,3 +202,73 @@ def test_a_commit_on_a_moved_branch_looks_again(hub: Hub, cfg: config.Config) ->
             kind="models")  # another machine pushed epoch 6 of this very run meanwhile  # fmt: skip
     assert uploader.push() is False and uploader.behind
     assert hub_epochs(hub) == [HUB_EPOCH, 4, 6]
+
+
+# The Xet rows: hf_xet's own routes (the write token, the CAS) failing under the two steps that
+# upload. A cycle leaves the push to the next one (False, one line in the status); the final
+# flush ends within STOP_GRACE with exit 7; a brief fault is waited out.
+XET_FAULTS = {
+    "token 5xx": {"path": "/xet-write-token/", "status": 503},
+    "token hangs": {"path": "/xet-write-token/", "hang": 600.0},
+    "CAS 5xx": {"path": "/cas/", "status": 503},
+    "CAS hangs": {"path": "/cas/", "hang": 600.0},
+    "xorb cut midway": {"path": "/cas/v1/xorbs/", "drop_after": 1000},
+    "shard refused": {"path": "/cas/v2/shards", "status": 400},
+}
+XET_CASES = [(step, kind) for step in ("upload cycle", "final flush") for kind in XET_FAULTS]
+
+
+@pytest.mark.parametrize(("step", "kind"), XET_CASES, ids=[f"{s}-{k}" for s, k in XET_CASES])
+def test_a_xet_fault_leaves_the_push_to_the_next_try_and_weights_never_go_back(
+    hub: Hub, cfg: config.Config, step: str, kind: str
+) -> None:
+    _, run, _, ended = STEPS[step]
+    hub.faults.append(Fault(**XET_FAULTS[kind], seconds=LONG))
+    started = time.monotonic()
+    assert outcome(lambda: run(cfg)) == ended, (step, kind)
+    limit = cfg.upload_interval if step == "upload cycle" else cfg.stop_grace
+    assert time.monotonic() - started < limit + 3  # bounded, whatever hf_xet does meanwhile
+    assert hub_epochs(hub) == [HUB_EPOCH]
+    if step == "upload cycle":
+        assert upload.read_ledger(cfg)["state"]["last_error"]  # what `trainbox status` shows
+
+
+def test_a_brief_cas_fault_is_waited_out(hub: Hub, cfg: config.Config) -> None:
+    hub.faults.append(Fault("/cas/", status=503, seconds=BRIEF))
+    assert outcome(lambda: _flush(cfg)) == ExitCode.OK
+    assert hub_epochs(hub) == [HUB_EPOCH, 4]
+
+
+@pytest.mark.parametrize(("token", "status"), [(READ_TOKEN, 403), ("hf_wrong", 401)])
+def test_a_refused_xet_token_fails_the_push_with_the_tokens_line(
+    hub: Hub, cfg: config.Config, monkeypatch: pytest.MonkeyPatch, token: str, status: int
+) -> None:
+    monkeypatch.setenv("HF_TOKEN", token)
+    monkeypatch.setattr(gateway, "_xet_until", {})
+    uploader = upload.Uploader(cfg)
+    published(cfg, 4)
+    assert uploader.push() is False
+    assert f"the Hub refused HF_TOKEN for OUTPUT_REPO=org/w ({status})" in uploader.last_error
+    assert hub_epochs(hub) == [HUB_EPOCH]
+
+
+def test_an_unwritable_xet_cache_is_its_own_line_and_the_next_push_goes_on(
+    hub: Hub, cfg: config.Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from huggingface_hub.utils import _xet
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("HF_XET_CACHE", str(blocker / "xet"))  # read when a session starts
+    monkeypatch.setattr("huggingface_hub.constants.HF_XET_CACHE", str(blocker / "xet"))
+    _xet._GLOBAL_XET_HOLDER.sigint_abort()  # the process's session: a new one reads it
+    uploader = upload.Uploader(cfg)
+    published(cfg, 4)
+    assert uploader.push() is False
+    assert "the xet cache" in uploader.last_error and str(blocker) in uploader.last_error
+    monkeypatch.undo()
+    _xet._GLOBAL_XET_HOLDER.sigint_abort()
+    monkeypatch.setenv("HF_TOKEN", GOOD_TOKEN)
+    client_at(monkeypatch, hub.url)
+    assert uploader.push() is True  # the cache writable again: the same uploader goes on
+    assert hub_epochs(hub) == [HUB_EPOCH, 4]

@@ -155,7 +155,7 @@ def test_loggers_are_libreyolos_with_their_package_in_the_image(tmp_path: Path) 
 def test_tensorboard_events_reach_the_run_folder_and_the_hub(tmp_path: Path, hub: Hub) -> None:
     """A whole `trainbox run` of the demo with LibreYOLO's TensorBoard logger."""
     env = {"WORKSPACE": str(tmp_path / "ws"), "DEVICE": "cpu", "EPOCHS": "1", "MONITOR": "false",
-           "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_TOKEN": GOOD_TOKEN,
+           "HF_ENDPOINT": hub.url, "HF_TOKEN": GOOD_TOKEN,
            "OUTPUT_REPO": "org/weights", "UPLOAD_INTERVAL": "1",
            "TRAIN_ARGS": "loggers=tensorboard"}  # fmt: skip
     done = trainbox("run", env=env, timeout=600)

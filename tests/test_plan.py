@@ -41,7 +41,7 @@ def test_plan_disk_adds_data_checkpoints_and_a_margin(hub: Hub, tmp_path: Path) 
     archive.pack(tmp_path / "shapes", tmp_path / "shapes.tar")
     tar = (tmp_path / "shapes.tar").stat().st_size
     hub.add("org/shapes", {"shapes.tar": (tmp_path / "shapes.tar").read_bytes()})
-    env = {"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_TOKEN": "",
+    env = {"HF_ENDPOINT": hub.url, "HF_TOKEN": "",
            "TRAINBOX_CONFIG": "", "DATA": "", "DATASET_REPO": ""}  # fmt: skip
     result = trainbox(
         "plan", "disk", "--dataset-repo", "org/shapes", "--epochs", "100",
@@ -49,19 +49,21 @@ def test_plan_disk_adds_data_checkpoints_and_a_margin(hub: Hub, tmp_path: Path) 
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     # By hand: best + last + 100/10 snapshots = 12 checkpoints of 35 MB, twice (weights/ and
-    # its published copy) = 0.840 GB; plus the 5 MB tar, extracted; times 1.30; rounded up.
-    checkpoints = 12 * 35e6 * 2
-    total = (tar + checkpoints) * 1.30
+    # its published copy) = 0.840 GB; plus the 5 MB tar, extracted; plus the xet cache's caps
+    # (2 GB of shards, 50 MB of logs); times 1.30; rounded up.
+    checkpoints, xet = 12 * 35e6 * 2, 2.05e9
+    total = (tar + checkpoints + xet) * 1.30
     assert f"= {checkpoints / 1e9:.3f} GB" in result.stdout
-    assert f"subtotal     {(tar + checkpoints) / 1e9:.3f} GB" in result.stdout
+    assert "xet cache    at most 2.050 GB" in result.stdout
+    assert f"subtotal     {(tar + checkpoints + xet) / 1e9:.3f} GB" in result.stdout
     assert f"margin       x 1.30 = {total / 1e9:.3f} GB" in result.stdout
     assert result.stdout.splitlines()[-1] == f"allocate     {math.ceil(total / 1e9)} GB"
-    assert math.ceil(total / 1e9) == 2
+    assert math.ceil(total / 1e9) == 4
     assert not [m for m, p in hub.requests if m == "GET" and p.endswith("shapes.tar")]
 
 
 def test_plan_disk_names_a_missing_repo(hub: Hub) -> None:
-    env = {"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_TOKEN": ""}
+    env = {"HF_ENDPOINT": hub.url, "HF_TOKEN": ""}
     result = trainbox("plan", "disk", "--dataset-repo", "org/nope", "--checkpoint-mb", "1", env=env)
     assert result.returncode == 3
     assert "DATASET_REPO=org/nope: not found" in result.stderr

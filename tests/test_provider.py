@@ -104,7 +104,7 @@ def provider() -> Iterator[Provider]:
 
 def run(hub: Hub, provider: Provider, workspace: Path, **extra: str):
     env = {"WORKSPACE": str(workspace), "DEVICE": "cpu", "EPOCHS": "1", "MONITOR": "false",
-           "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_TOKEN": GOOD_TOKEN,
+           "HF_ENDPOINT": hub.url, "HF_TOKEN": GOOD_TOKEN,
            "OUTPUT_REPO": "org/weights", "UPLOAD_INTERVAL": "1", "DATA": "", "DATASET_REPO": "",
            "TRAINBOX_CONFIG": "", "VAST_API_URL": provider.url,
            "RUNPOD_API_URL": provider.url, **extra}  # fmt: skip

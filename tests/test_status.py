@@ -173,7 +173,7 @@ def test_a_run_reports_the_seconds_billed_before_and_after_training(
     container ran without training: from its start to the first step, after the last one."""
     workspace = tmp_path / "ws"
     env = {"WORKSPACE": str(workspace), "DEVICE": "cpu", "EPOCHS": "2", "MONITOR": "false",
-           "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_TOKEN": GOOD_TOKEN,
+           "HF_ENDPOINT": hub.url, "HF_TOKEN": GOOD_TOKEN,
            "OUTPUT_REPO": "org/weights", "UPLOAD_INTERVAL": "1", "DATA": "",
            "DATASET_REPO": "", "TRAINBOX_CONFIG": ""}  # fmt: skip
     launched = time.time()

@@ -78,7 +78,7 @@ def test_faults_are_retried_and_the_commit_limit_holds(hub: Hub, cfg, run: Path)
     hub.faults += [
         Fault("/commit/", status=412, methods=("POST",)),
         Fault("/commit/", status=429, methods=("POST",)),
-        Fault("/upload/", drop_after=10, methods=("PUT",)),
+        Fault("/cas/v1/xorbs/", drop_after=10, methods=("POST",)),  # a xorb cut midway
     ]
     publish.publish(run, 1)
     limited = upload.Uploader(config.load({**vars_env(cfg), "MAX_COMMITS_PER_HOUR": "1"}))

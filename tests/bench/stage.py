@@ -6,8 +6,9 @@ tar and for the same bytes in shards.
 
 Serves the same files of 512 KB as one tar and as ``--shards`` shards with their index, from
 the test Hub, once throttled to ``--rate`` MB/s **per connection** (what one CDN stream gives)
-and once unthrottled, and times, on the same bytes in the same run: ``curl -s URL | tar -x``
-(the baseline), the shards through ``--parallel`` such pipelines at once, huggingface_hub's
+and once unthrottled, and times, on the same bytes in the same run: ``curl -sL URL | tar -x``
+(the baseline; ``-L`` follows the Hub's redirect to its bridge), the shards through
+``--parallel`` such pipelines at once, huggingface_hub's
 download then tarfile's extract (what users do today), ``trainbox dataset stage`` of the tar
 (also with a resume checkpoint every second, the worst case of what resumability costs) and of
 the shards (``STAGE_PARALLEL=--parallel``). Each method runs ``--rounds`` times, each round
@@ -99,12 +100,12 @@ def run_all(tar: Path, parts: list[Path], index: bytes, rate: float | None, para
         hub.add(REPO, files | {part.name: part.read_bytes() for part in parts})
         del files
         base = f"{hub.url}/datasets/{REPO}/resolve/main"
-        env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "DOCTOR": "false",
+        env = {**os.environ, "HF_ENDPOINT": hub.url, "DOCTOR": "false",
                "DATASET_REPO": REPO, "DATASET_FILE": "data.tar", "DATA": "", "TRAINBOX_CONFIG": "",
                "HF_HOME": str(scratch / "hf")}  # fmt: skip
 
         def curl_tar(dest: Path) -> None:
-            subprocess.run(f"curl -s {base}/data.tar | tar -x -C {dest}", shell=True, check=True)
+            subprocess.run(f"curl -sL {base}/data.tar | tar -x -C {dest}", shell=True, check=True)
 
         def curl_tar_shards(dest: Path) -> None:
             names = " ".join(part.name for part in parts)
@@ -113,7 +114,7 @@ def run_all(tar: Path, parts: list[Path], index: bytes, rate: float | None, para
             (dest / "data" / "images").mkdir(parents=True)
             subprocess.run(
                 f"printf '%s\\n' {names} | xargs -P {parallel} -I{{}} sh -c "
-                f"'curl -s {base}/{{}} | tar -x -C {dest}'",
+                f"'curl -sL {base}/{{}} | tar -x -C {dest}'",
                 shell=True,
                 check=True,
             )

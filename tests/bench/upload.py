@@ -54,7 +54,7 @@ def main() -> None:
     args = parser.parse_args()
     without, with_uploads = [], []
     with Hub() as hub:
-        uploads = {"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_TOKEN": GOOD_TOKEN,
+        uploads = {"HF_ENDPOINT": hub.url, "HF_TOKEN": GOOD_TOKEN,
                    "OUTPUT_REPO": "bench/weights", "UPLOAD_INTERVAL": "1"}  # fmt: skip
         for _ in range(args.rounds):
             without.append(seconds_per_epoch(args.image, args.epochs, {}))

@@ -19,7 +19,7 @@ TINY = {"DEVICE": "cpu", "MODEL": "LibreYOLO9t.pt", "PRETRAINED": "false", "EPOC
 
 
 def hub_env(hub: Hub, **extra: str) -> dict[str, str]:
-    return {"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", **TINY, **extra}
+    return {"HF_ENDPOINT": hub.url, **TINY, **extra}
 
 
 def test_pack_stage_and_train_from_the_hub(
@@ -28,7 +28,7 @@ def test_pack_stage_and_train_from_the_hub(
     demo.ensure(tmp_path / "shapes")
     pack = docker(
         "run", "--rm", "--network", "host", "-v", f"{tmp_path / 'shapes'}:/pack/shapes:ro",
-        "-e", f"HF_ENDPOINT={hub.url}", "-e", "HF_HUB_DISABLE_XET=1",
+        "-e", f"HF_ENDPOINT={hub.url}",
         "-e", f"HF_TOKEN={GOOD_TOKEN}", image,
         "dataset", "pack", "/pack/shapes", "--repo", "org/shapes", "--private",
     )  # fmt: skip
@@ -59,7 +59,7 @@ def test_a_sharded_dataset_stages_in_parallel_passes_doctor_and_trains(
     demo.ensure(tmp_path / "shapes")  # 1.5 MB: two shards of at most 1 MB
     pack = docker(
         "run", "--rm", "--network", "host", "-v", f"{tmp_path / 'shapes'}:/pack/shapes:ro",
-        "-e", f"HF_ENDPOINT={hub.url}", "-e", "HF_HUB_DISABLE_XET=1",
+        "-e", f"HF_ENDPOINT={hub.url}",
         "-e", f"HF_TOKEN={GOOD_TOKEN}", image,
         "dataset", "pack", "/pack/shapes", "--repo", "org/shapes", "--shard-size", "1MB",
     )  # fmt: skip

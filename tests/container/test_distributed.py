@@ -53,7 +53,7 @@ class Nodes:
         self.image, self.tag = image, uuid.uuid4().hex[:8]
         self.env = {"DEVICE": "cpu", "NNODES": "2", "MASTER_ADDR": "127.0.0.1",
                     "MONITOR": "false", "OMP_NUM_THREADS": "1", "HF_ENDPOINT": hub.url,
-                    "HF_HUB_DISABLE_XET": "1", "HF_TOKEN": GOOD_TOKEN,
+                    "HF_TOKEN": GOOD_TOKEN,
                     "OUTPUT_REPO": "org/weights", "UPLOAD_INTERVAL": "1", **extra}  # fmt: skip
         self.names = [f"trainbox-node{rank}-{self.tag}" for rank in (0, 1)]
         self.volumes = [f"trainbox-test-node{rank}-{self.tag}" for rank in (0, 1)]

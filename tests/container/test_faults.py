@@ -115,19 +115,36 @@ def test_an_older_volume_resumes_from_the_hubs_later_epoch(
     assert epochs == sorted(epochs) and epochs[-1] == 3, epochs
 
 
-def test_a_hub_hanging_on_the_final_commit_ends_within_stop_grace(
-    image: str, volume: str, hub: Hub
+@pytest.mark.parametrize("route", ["/commit/", "/cas/"], ids=["commit", "xet-cas"])
+def test_a_hub_hanging_on_the_final_upload_ends_within_stop_grace(
+    image: str, volume: str, hub: Hub, route: str
 ) -> None:
+    """The commit, or hf_xet's CAS (whose own retries and timeouts run for minutes)."""
     with detached(image, volume, env_for(hub, EPOCHS="50", STOP_GRACE="20")) as box:
         until(lambda: "uploaded epoch 1" in box.logs(), box)
-        hub.faults.append(Fault("/commit/", hang=600, seconds=600))
-        until(lambda: "epoch 2/50 done" in box.logs(), box)  # published; its commit hangs
+        assert hub.xet_hashes  # epoch 1's weights went through Xet, as in production
+        hub.faults.append(Fault(route, hang=600, seconds=600))
+        until(lambda: "epoch 2/50 done" in box.logs(), box)  # published; its upload hangs
         took, code, log = stop(box, 120)
     assert code == ExitCode.UPLOAD, log[-3000:]
     assert took < 20 + 15, took
     assert "final upload failed" in log
     epochs = hub_epochs(hub)
     assert epochs == sorted(epochs) and epochs[0] == 1, epochs
+
+
+def test_a_refused_xet_token_stops_at_start_with_the_tokens_line(
+    image: str, volume: str, hub: Hub
+) -> None:
+    """The Hub refusing the Xet write token (what a read-only token gets): exit 7 at once."""
+    hub.faults.append(Fault("/xet-write-token/", status=403, seconds=600))
+    started = time.monotonic()
+    result = run_container(image, volume, env=env_for(hub, EPOCHS="1", HUB_WAIT="20"))
+    assert result.returncode == ExitCode.UPLOAD, logs(result)[-3000:]
+    assert time.monotonic() - started < 20 + 30
+    [line] = [m for m in result.stderr.splitlines() if m.startswith("[trainbox] error:")]
+    assert f"the Hub refused HF_TOKEN for OUTPUT_REPO={REPO} (403)" in line
+    assert "make a token with write access" in line
 
 
 def test_a_stop_during_staging_exits_130_interrupted_and_leaves_nothing(

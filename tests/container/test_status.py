@@ -24,7 +24,7 @@ TRAIN = {"DEVICE": "cpu", "MODEL": "LibreYOLO9t.pt", "PRETRAINED": "false", "BAT
 
 
 def hub_env(hub: Hub, **extra: str) -> dict[str, str]:
-    return {"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_TOKEN": GOOD_TOKEN,
+    return {"HF_ENDPOINT": hub.url, "HF_TOKEN": GOOD_TOKEN,
             "UPLOAD_INTERVAL": "1", **extra}  # fmt: skip
 
 

@@ -19,7 +19,7 @@ REPO = "org/weights"
 
 
 def env_for(hub: Hub, **extra: str) -> dict[str, str]:
-    return {"DEVICE": "cpu", "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1",
+    return {"DEVICE": "cpu", "HF_ENDPOINT": hub.url,
             "HF_TOKEN": GOOD_TOKEN, "OUTPUT_REPO": REPO, "UPLOAD_INTERVAL": "1",
             **extra}  # fmt: skip
 

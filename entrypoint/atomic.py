@@ -36,11 +36,24 @@ def write_atomic(path: Path, data: str | bytes) -> None:
         handle.write(data.encode() if isinstance(data, str) else data)
 
 
+class SourceChanged(OSError):
+    """The file being copied was written while it was read: the copy may be torn."""
+
+
+def _identity(stat: os.stat_result) -> tuple[int, int, int]:
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
 def copy_atomic(source: Path, target: Path) -> str:
-    """Copy ``source`` to ``target`` atomically, hashing on the way; return the sha256."""
+    """Copy ``source`` to ``target`` atomically, hashing on the way; return the sha256.
+    ``SourceChanged`` (and ``target`` untouched) when ``source`` was written or replaced
+    meanwhile: libreyolo rewrites its checkpoints in place, with a plain ``torch.save``."""
     digest = hashlib.sha256()
     with open(source, "rb") as src, _replacing(target) as dst:
+        before = _identity(os.fstat(src.fileno()))
         while chunk := src.read(1 << 20):
             digest.update(chunk)
             dst.write(chunk)
+        if _identity(os.stat(source)) != before:
+            raise SourceChanged(f"{source} was written while it was copied")
     return digest.hexdigest()

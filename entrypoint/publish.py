@@ -6,17 +6,27 @@ file is half-written. Right after each save, in the trainer's own process (the
 file, fsync, rename), then ``index.json`` there lists them with their sha256. The uploader
 reads only what the index lists, and a resume falls back on the published ``last.pt``.
 
+The copy of an epoch runs in a thread while the next epoch trains: done in the training step,
+the copy and fsync of a 439 MB checkpoint (LibreYOLO9c's, as last.pt and best.pt) held it
+about 6 s, 10% of a 60 s epoch (``tests/bench/upload.py --part step``). A copy whose source is
+rewritten meanwhile (the next epoch's save came first) is dropped, never renamed into place:
+that next epoch's copy follows. The end of training, or its failure, waits for it.
+
 The published folder is ``/workspace/trainbox/published/RUN_NAME``, outside the runs folder:
 inside it, its copies of status.json and metrics.jsonl made ``libreyolo monitor`` (which takes
 any folder holding one for a run) show a second, phantom run ``run/published``.
 """
 
 import json
+import logging
+import threading
 from pathlib import Path
 from typing import Any
 
 from .archive import sha256
-from .atomic import copy_atomic, write_atomic
+from .atomic import SourceChanged, copy_atomic, write_atomic
+
+log = logging.getLogger("trainbox")
 
 FOLDER = "published"  # under the volume's trainbox/ folder, one per run
 INDEX = "index.json"
@@ -134,19 +144,42 @@ class Publisher:
 
     def __init__(self) -> None:
         self.epoch = 0  # the last epoch finished in this process
+        self._copying: threading.Thread | None = None  # the last epoch's copy
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_copying": None}  # a thread does not pickle (DDP)
 
     def on_train_epoch_end(self, event: Any) -> None:
+        """Copy the epoch in a thread; the step waits only for the epoch before's copy."""
         self.epoch = event.epoch
-        publish(Path(event.save_dir), event.epoch)
+        self.wait()
+        self._copying = threading.Thread(target=self._publish, name="publish",
+                                         args=(Path(event.save_dir), event.epoch))  # fmt: skip
+        self._copying.start()
+
+    def _publish(self, run_dir: Path, epoch: int) -> None:
+        try:
+            publish(run_dir, epoch)
+        except SourceChanged as err:
+            log.info("epoch %d not published: %s; the next epoch's copy follows", epoch, err)
+        except Exception as err:  # in a thread: said, and the next epoch tries again
+            log.error("publishing epoch %d failed: %s: %s", epoch, type(err).__name__, err)
+
+    def wait(self) -> None:
+        """Until the last epoch's copy is done."""
+        if self._copying is not None:
+            self._copying.join()
 
     def on_train_end(self, event: Any) -> None:
         """The run's last epoch: libreyolo's ``completed_epochs`` counts only this session's
         epochs (``len(trainer.epoch_events)``), which after a resume is fewer."""
+        self.wait()
         run_dir = Path(event.save_dir)
         publish(run_dir, max(self.epoch, read_index(run_dir)["epoch"]))
 
     def on_train_exception(self, event: Any) -> None:
         """A failure publishes its train.log (the traceback); a stop (SIGINT) is no failure."""
+        self.wait()
         if not isinstance(event.exception, KeyboardInterrupt):
             run_dir = Path(event.save_dir)
             publish(run_dir, read_index(run_dir)["epoch"], failed=True)

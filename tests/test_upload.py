@@ -158,3 +158,34 @@ def test_the_end_of_a_resumed_run_publishes_its_last_epoch_not_this_sessions_cou
         callback.on_train_epoch_end(SimpleNamespace(save_dir=str(run), epoch=epoch))
     callback.on_train_end(SimpleNamespace(save_dir=str(run), completed_epochs=3))
     assert publish.read_index(run)["epoch"] == 5
+
+
+def test_a_checkpoint_rewritten_while_it_is_copied_is_never_published(
+    run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy runs beside training: the next epoch's torch.save may begin during it. That
+    copy is dropped before its rename; the published file stays the last whole one."""
+    from entrypoint import atomic
+
+    publish.publish(run, 1)
+    whole = (publish.folder(run) / "last.pt").read_bytes()
+    real_fstat = atomic.os.fstat
+
+    def saved_meanwhile(fd: int):  # the next save starts right after the copy opened the file
+        found = real_fstat(fd)
+        (run / "weights" / "last.pt").write_bytes(b"half of epoch 3")
+        return found
+
+    (run / "weights" / "last.pt").write_bytes(b"epoch 2 weights" * 1000)
+    monkeypatch.setattr(atomic.os, "fstat", saved_meanwhile)
+    callback = publish.Publisher()
+    callback.on_train_epoch_end(SimpleNamespace(save_dir=str(run), epoch=2))
+    callback.wait()
+    assert (publish.folder(run) / "last.pt").read_bytes() == whole
+    assert publish.read_index(run)["epoch"] == 1
+    assert not [p for p in publish.folder(run).iterdir() if p.name.endswith(".tmp")]
+    monkeypatch.undo()
+    callback.on_train_epoch_end(SimpleNamespace(save_dir=str(run), epoch=3))
+    callback.wait()
+    assert (publish.folder(run) / "last.pt").read_bytes() == b"half of epoch 3"  # its own copy
+    assert publish.read_index(run)["epoch"] == 3

@@ -335,7 +335,8 @@ class Hub:
 
     ``hub.requests``: every (method, path) in arrival order. ``hub.served``: every file GET body
     (``Served``), in start order. ``hub.upload_modes``: every preupload answer as (repo key, path,
-    mode). ``hub.faults``: a list of ``Fault``; append to it at any time."""
+    mode). ``hub.received``: every request body read, as (path, bytes). ``hub.faults``: a list of
+    ``Fault``; append to it at any time."""
 
     def __init__(self, rate: float | None = None) -> None:
         self.repos: dict[str, Repo] = {}
@@ -346,6 +347,7 @@ class Hub:
         self.uploads: dict[str, bytes] = {}  # LFS objects by sha256
         self.served: list[Served] = []
         self.upload_modes: list[tuple[str, str, str]] = []
+        self.received: list[tuple[str, int]] = []  # (path, bytes) of every request body read
         self.xet = True  # False: a Hub-compatible mirror without Xet (its token routes are 404)
         self.xorbs: dict[str, list[xet.Chunk]] = {}  # the CAS: stored xorbs by hash, parsed
         self.xorb_bytes: dict[str, bytes] = {}  # ... and as they were sent
@@ -516,7 +518,10 @@ class Hub:
                 self._json(status, {"error": message or code or "error"}, headers)
 
             def _body(self) -> bytes:
-                return self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with hub._lock:
+                    hub.received.append((unquote(self.path.split("?", 1)[0]), len(body)))
+                return body
 
             def _authorized(self, repo: Repo) -> bool | None:
                 """None: a bad token; False: no access (a gated repo's terms are never

@@ -30,6 +30,15 @@ def test_stage_bench_compares_every_method_on_both_rates() -> None:
     assert "speed vs the single tar" in printed.split("goals, sharded staging:", 1)[1]
 
 
+def test_upload_bench_measures_the_steps_wait_and_the_bytes_of_both_paths() -> None:
+    printed = bench("upload.py", "--part", "step", "--mb", "5", "--rounds", "1", timeout=300)
+    assert "step wait, copy in the step" in printed and "step wait, copy in a thread" in printed
+    assert "% of a 60 s epoch (goal: at most 1%" in printed
+    printed = bench("upload.py", "--part", "bytes", "--epochs", "1", timeout=600)
+    xet, lfs = (line for line in printed.splitlines() if line.startswith(("Xet ", "LFS ")))
+    assert "MB/epoch" in xet and "MB/epoch" in lfs and "1.00x the file" in lfs
+
+
 def test_status_bench_times_every_form_while_training() -> None:
     printed = bench("status.py", "--runs", "2", "--epochs", "5", timeout=600)
     assert "while training (training)" in printed

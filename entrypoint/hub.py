@@ -453,8 +453,10 @@ def _transfer_error(err: Exception, target: Target) -> Exception:
     ``FileNotFoundError``) (xet-core ``xet_pkg/src/error.rs``, checked in the wheel,
     2026-12-01). A Hub answer or a network error stays as it is; a refused Xet token is the
     token's line; the local disk its own line (both exit 7); anything else ``TransferFailed``."""
-    import hf_xet
-
+    try:
+        import hf_xet
+    except ImportError:  # an install without it uploads through LFS only
+        hf_xet = None
     if classify(err) is not None:
         return err
     if isinstance(err, getattr(hf_xet, "XetAuthenticationError", ())):
@@ -542,13 +544,14 @@ def commit(
     additions = [op for op in operations if isinstance(op, _hf().CommitOperationAdd)]
     deadline = time.monotonic() + wait
 
-    def attempt() -> "CommitInfo":
+    def transfer() -> None:
+        """The bytes first, apart from the commit: hf_xet's errors are told from its."""
         _xet_route(target)
-        # The bytes first, apart: hf_xet's errors are told from the commit's.
-        _bounded(lambda: client.preupload_lfs_files(target.repo, additions,
-                                                    repo_type=target.repo_type,
-                                                    revision=target.revision),
-                 deadline, target)  # fmt: skip
+        client.preupload_lfs_files(target.repo, additions, repo_type=target.repo_type,
+                                   revision=target.revision)  # fmt: skip
+
+    def attempt() -> "CommitInfo":
+        _bounded(transfer, deadline, target)
         try:
             return client.create_commit(
                 target.repo,

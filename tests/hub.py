@@ -458,13 +458,15 @@ class Hub:
             self._closing.wait(left)
 
     def _fault(self, method: str, path: str, *, body: bool = False) -> Fault | None:
-        """The fault for a request as it arrives (one with a status or a hang), or with
-        ``body``, for a file body about to be sent or received (one that only cuts or stalls
-        it: a redirect or an answer without a file body leaves it for the next)."""
+        """The fault for a request as it arrives, or with ``body``, for a file body about to
+        be sent or received: one that only cuts or stalls it (``drop_after``/``stall_after``,
+        no status, no hang), which a redirect or an answer without a file body leaves for the
+        next request."""
         now = time.monotonic()
         with self._lock:
             for fault in self.faults:
-                answers = fault.status is not None or fault.hang is not None
+                cuts = fault.drop_after is not None or fault.stall_after is not None
+                answers = not cuts or fault.status is not None or fault.hang is not None
                 if (fault.path in path and method in fault.methods and answers != body
                         and fault._take(now)):  # fmt: skip
                     return fault

@@ -71,7 +71,7 @@ def test_hub_faults_lose_nothing(image: str, volume: str, hub: Hub) -> None:
         Fault("/commit/", status=429, times=2, methods=("POST",)),
         Fault("/commit/", status=503, times=2, methods=("POST",)),
         Fault("/commit/", status=412, times=2, methods=("POST",)),
-        Fault("/upload/", drop_after=1000, times=2, methods=("PUT",)),
+        Fault("/cas/v1/xorbs/", drop_after=1000, times=2, methods=("POST",)),  # cut midway
         Fault("/preupload/", status=500, times=2, methods=("POST",)),
     ]
     result = run_container(image, volume, env=env_for(hub, EPOCHS="3"))

@@ -66,6 +66,20 @@ def test_the_screen_shows_phase_epoch_eta_best_upload_and_warnings() -> None:
     ]
 
 
+def test_the_screen_shows_an_upload_being_retried() -> None:
+    retrying = {
+        **TRAINING,
+        "upload": {
+            **TRAINING["upload"],
+            "last_error": "",
+            "retrying": "epoch 4: 503 from the Hub; retrying in 2 s",
+        },
+    }
+    screen = status.human(retrying, now=T0 + 660).splitlines()
+    assert "upload   retrying: epoch 4: 503 from the Hub; retrying in 2 s" in screen
+    assert not [line for line in screen if "last upload failed" in line]
+
+
 def test_health_turns_at_half_the_stall_timeout_and_on_failure() -> None:
     assert status.health(TRAINING, now=T0 + 600 + 299) is None
     assert status.health(TRAINING, now=T0 + 600 + 301) == (

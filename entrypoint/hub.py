@@ -480,11 +480,24 @@ def _transfer_error(err: Exception, target: Target) -> Exception:
     return TransferFailed(f"{type(err).__name__}: {err}")
 
 
+# A transfer is given up when slower than this on average, after a minute's slack: a slow
+# uplink still gets its checkpoint out (a cycle's wait, UPLOAD_INTERVAL, is far shorter than
+# the upload of a large checkpoint), a stuck one does not hold the cycles for good.
+FLOOR_RATE, SLACK = 1e6, 60.0  # bytes per second, seconds
+_abandoned_at = [0.0]  # transfers started up to this time.monotonic() are given up
+
+
+def abandon() -> None:
+    """Give up every transfer in flight: a stop's final upload starts afresh, not behind an
+    upload cycle's transfer of an older snapshot."""
+    _abandoned_at[0] = time.monotonic()
+
+
 def _bounded(transfer: Callable[[], object], deadline: float, target: Target) -> None:
-    """Run ``transfer`` (the file bytes of a commit), given up at ``deadline``. hf_xet retries
-    and times out on its own (one CAS answering 503 held a commit 427 s; a hung xorb upload
-    300 s), and a thread inside it cannot be interrupted: it runs in a thread of its own, left
-    to end by hf_xet's own timeouts (``XET_SETTINGS``) while the caller goes on."""
+    """Run ``transfer`` (the file bytes of a commit), given up at ``deadline`` or by
+    ``abandon``. hf_xet retries and times out on its own (one CAS answering 503 held a commit
+    427 s; a hung xorb upload 300 s), and a thread inside it cannot be interrupted: it runs in
+    a thread of its own, left to end by hf_xet's own timeouts (``XET_SETTINGS``)."""
     failed: list[Exception] = []
 
     def run() -> None:
@@ -493,11 +506,16 @@ def _bounded(transfer: Callable[[], object], deadline: float, target: Target) ->
         except Exception as err:
             failed.append(err)
 
+    started = time.monotonic()
     worker = threading.Thread(target=run, name="hub-transfer", daemon=True)
     worker.start()
-    worker.join(max(1.0, deadline - time.monotonic()))
+    while worker.is_alive() and time.monotonic() < deadline and _abandoned_at[0] < started:
+        worker.join(min(0.5, max(0.01, deadline - time.monotonic())))
+    if worker.is_alive() and _abandoned_at[0] >= started:  # not retried: the stop's upload goes
+        raise TrainboxError("upload given up for the final upload", target.code)
     if worker.is_alive():
-        raise TransferFailed("the upload got no answer in time; left behind")
+        raise TransferFailed("the upload was given up, still going after "
+                             f"{time.monotonic() - started:.0f} s")  # fmt: skip
     if failed:
         raise _transfer_error(failed[0], target) from failed[0]
 
@@ -542,7 +560,7 @@ def commit(
     client = api()
 
     additions = [op for op in operations if isinstance(op, _hf().CommitOperationAdd)]
-    deadline = time.monotonic() + wait
+    budget = SLACK + sum(op.upload_info.size for op in additions) / FLOOR_RATE  # per attempt
 
     def transfer() -> None:
         """The bytes first, apart from the commit: hf_xet's errors are told from its."""
@@ -551,7 +569,7 @@ def commit(
                                    revision=target.revision)  # fmt: skip
 
     def attempt() -> "CommitInfo":
-        _bounded(transfer, deadline, target)
+        _bounded(transfer, time.monotonic() + budget, target)
         try:
             return client.create_commit(
                 target.repo,

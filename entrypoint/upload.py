@@ -192,6 +192,7 @@ def main(cfg: Config, stop_file: Path | None = None) -> int:
     # In a thread: a push in flight when SIGTERM comes does not eat the flush's budget.
     threading.Thread(target=cycles, daemon=True).start()
     stop.wait()
+    hub.abandon()  # a cycle's transfer in flight is of an older snapshot, or stuck
     stopped_at = status.read_time(stop_file) if stop_file else None
     return flush(cfg, uploader, stopped_at=stopped_at)
 

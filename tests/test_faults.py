@@ -11,6 +11,7 @@ a brief one is waited out and the step goes on. Whatever happens, the epoch insi
 import hashlib
 import io
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -53,6 +54,7 @@ def cfg(hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[c
     monkeypatch.setenv("HF_TOKEN", GOOD_TOKEN)
     client_at(monkeypatch, hub.url)
     monkeypatch.setattr(gateway, "TIMEOUT", 1)
+    monkeypatch.setattr(gateway, "SLACK", 2.0)  # a stuck transfer is given up after 2 s
     huggingface_hub.close_session()  # the next client takes the 1 s timeout
     last = checkpoint(HUB_EPOCH)
     index = {"epoch": HUB_EPOCH, "files": {"last.pt": hashlib.sha256(last).hexdigest()}}
@@ -231,6 +233,35 @@ def test_a_xet_fault_leaves_the_push_to_the_next_try_and_weights_never_go_back(
     assert hub_epochs(hub) == [HUB_EPOCH]
     if step == "upload cycle":
         assert upload.read_ledger(cfg)["state"]["last_error"]  # what `trainbox status` shows
+
+
+def test_a_slow_upload_outlasts_the_cycle_and_a_stop_abandons_a_stuck_one(
+    hub: Hub, cfg: config.Config
+) -> None:
+    """A cycle waits UPLOAD_INTERVAL for an unreachable Hub, but lets a transfer that moves
+    (here 3 MB/s: longer than the cycle) finish; a stop gives up one that is stuck at once."""
+    published(cfg, 4)
+    hub.upload_rate = 3e6
+    torch.save({"epoch": 3, "model": {"w": torch.randn(3_000_000)}},  # epoch 4, 12 MB
+               cfg.run_dir / "weights" / "last.pt")  # fmt: skip
+    publish.publish(cfg.run_dir, 4)
+    started = time.monotonic()
+    assert upload.Uploader(cfg).push() is True
+    assert cfg.upload_interval < time.monotonic() - started
+    hub.upload_rate = None
+    published(cfg, 5)
+    hub.faults.append(Fault("/cas/", hang=600.0, seconds=LONG))
+    uploader, result = upload.Uploader(cfg), []
+    pushing = threading.Thread(target=lambda: result.append(uploader.push(wait=600)),
+                               daemon=True)  # fmt: skip
+    pushing.start()
+    time.sleep(1)
+    stopped = time.monotonic()
+    gateway.abandon()
+    pushing.join(10)
+    assert result == [False] and time.monotonic() - stopped < 3
+    assert uploader.last_error == "upload given up for the final upload"
+    assert hub_epochs(hub) == [HUB_EPOCH, 4]
 
 
 def test_a_brief_cas_fault_is_waited_out(hub: Hub, cfg: config.Config) -> None:

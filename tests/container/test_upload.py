@@ -48,6 +48,11 @@ def test_every_epoch_is_uploaded_and_the_hub_matches_the_volume(
         name for name in logs(result).splitlines() if "uploaded epoch" in name and "last.pt" in name
     ]
     assert len(uploads_of_last) >= 3  # after (nearly) every epoch, not only at the end
+    repo = hub.repos[f"models/{REPO}"]
+    pushed = {repo.snapshots[c].sha256("run/last.pt") for c in repo.commits
+              if "run/last.pt" in repo.snapshots[c].files}  # fmt: skip
+    assert len(pushed) >= 3 and pushed <= hub.xet_hashes.keys()  # each through Xet, as in prod
+    assert not [path for method, path in hub.requests if method == "PUT"]  # no LFS upload
     ledger = json.loads(
         in_volume(image, volume, "cat", "/workspace/trainbox/ledger-org--weights--run.json")
     )

@@ -40,10 +40,18 @@ def client_at(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
 
 
 @pytest.fixture
-def hub() -> Iterator["Hub"]:
-    """A fresh test Hub on 127.0.0.1."""
+def hub(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator["Hub"]:
+    """A fresh test Hub on 127.0.0.1, and a fresh xet cache: hf_xet's cache, per endpoint,
+    remembers chunks it uploaded and does not send them again, but a new Hub on a port used
+    before holds none of them (its shard is refused: seen in CI)."""
+    from huggingface_hub.utils import _xet
+
     from tests.hub import Hub
 
+    monkeypatch.setenv("HF_XET_CACHE", str(tmp_path_factory.mktemp("xet")))
+    _xet._GLOBAL_XET_HOLDER.sigint_abort()  # this process's session reads it anew
     with Hub() as server:
         yield server
 

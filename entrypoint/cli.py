@@ -27,9 +27,13 @@ def cli() -> None:
 @cli.command()
 def run() -> int:
     """The container's job: check the settings, stage the dataset, train under supervisord."""
-    from . import job
+    from . import ending, job
 
-    return job.run(config.load())
+    try:
+        cfg = config.load()
+    except TrainboxError as err:  # refused: still settled, so that no restart loop bills
+        return ending.refused(err)
+    return job.run(cfg)
 
 
 @cli.command()

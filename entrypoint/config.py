@@ -236,10 +236,12 @@ class Config:
     )
     ssh_port: int = setting(22, _int_at_least(1), "port sshd listens on when a key is set")
     on_exit: str = setting(
-        "none",
-        _choice("none", "stop", "destroy"),
-        "after the run, once the upload is verified on the Hub: `stop` or `destroy` this vast.ai "
-        "instance or RunPod pod through the provider's API; `none` leaves it running",
+        "auto",
+        _choice("auto", "stop", "destroy", "none"),
+        "once a start has ended for good (the run over, or a failure a restart cannot mend) "
+        "and the upload is verified: `stop` or `destroy` this vast.ai instance or RunPod pod "
+        "through the provider's API (after a failure at most stop); `auto`: `stop` there, "
+        "`none` elsewhere; `none` leaves it running",
     )
     on_exit_dry_run: bool = setting(
         False, _bool, "log the request ON_EXIT would send instead of sending it"

@@ -18,6 +18,7 @@ from . import (
     __version__,
     dataset,
     distributed,
+    ending,
     export,
     hub,
     lock,
@@ -40,8 +41,9 @@ log = logging.getLogger("trainbox")
 
 
 def run(cfg: Config) -> int:
-    """Run the job; return the container's exit code, recording how it ended. A volume
-    another container is using is refused before anything is written to it."""
+    """Run the job; return the container's exit code, recording how it ended and settling
+    what the machine does next (``ending``). A volume another container is using is refused
+    before anything is written to it."""
     log.info(
         "trainbox %s: %s run %r on %s",
         __version__,
@@ -49,19 +51,26 @@ def run(cfg: Config) -> int:
         cfg.run_name,
         cfg.device,
     )
-    # LibreYOLO's options and export formats, checked before anything is touched.
-    options.effective(cfg)
-    export.check(cfg)
-    with lock.volume(cfg.workspace, cfg.node_rank):
-        # The resolved job shape, for every program, rank and SSH session started from here.
-        os.environ.update(
-            NNODES=str(cfg.nnodes),
-            NODE_RANK=str(cfg.node_rank),
-            MASTER_ADDR=cfg.master_addr,
-            MASTER_PORT=str(cfg.master_port),
-        )
-        with ssh.serving(cfg):
-            return _run(cfg)
+    try:
+        # LibreYOLO's options and export formats, checked before anything is touched.
+        options.effective(cfg)
+        export.check(cfg)
+        with lock.volume(cfg.workspace, cfg.node_rank):
+            # The resolved job shape, for every program, rank and SSH session started here.
+            os.environ.update(
+                NNODES=str(cfg.nnodes),
+                NODE_RANK=str(cfg.node_rank),
+                MASTER_ADDR=cfg.master_addr,
+                MASTER_PORT=str(cfg.master_port),
+            )
+            with ssh.serving(cfg):  # sshd stays up while the end waits to be stopped
+                try:
+                    code = _run(cfg)
+                except TrainboxError as err:
+                    code = ending.failed(err)
+                return ending.settle(cfg, code)
+    except TrainboxError as err:  # before the volume was ours: nothing of the run is there
+        return ending.settle(cfg, ending.failed(err))
 
 
 def _run(cfg: Config) -> int:
@@ -80,11 +89,7 @@ def _run(cfg: Config) -> int:
                       reason=str(err))  # fmt: skip
         raise
     status.record(cfg.workspace, status.ended(code), exit_code=int(code))
-    # After a stop signal someone is already stopping the machine; node 0 speaks for the job.
-    # ON_EXIT implies OUTPUT_REPO (provider.check); the Hub is asked only when it will act.
-    if cfg.on_exit != "none" and code != ExitCode.INTERRUPTED and cfg.node_rank == 0:
-        provider.on_exit(cfg, upload.verify(cfg), code)
-    _report_billing(cfg)  # the last line: what the machine cost without training
+    _report_billing(cfg)  # what the machine cost without training; ON_EXIT acts after it
     return code
 
 

@@ -1,5 +1,5 @@
-"""The cost guard (ON_EXIT): once the run is over and its weights are verified on the Hub, ask
-the provider to stop or destroy this very instance. An idle GPU bills like a busy one.
+"""The gateway to the providers' APIs: which rented machine this is, and the one request
+that stops or destroys it (``ending`` decides when). An idle GPU bills like a busy one.
 
 vast.ai sets ``CONTAINER_ID`` and ``CONTAINER_API_KEY`` (a per-instance key) in every
 instance; its CLI stops with ``PUT /api/v0/instances/ID/ {"state": "stopped"}`` and destroys
@@ -28,6 +28,54 @@ log = logging.getLogger("trainbox")
 
 
 @dataclass(frozen=True)
+class Machine:
+    """The rented machine this container runs on, as its provider's variables tell."""
+
+    provider: str  # "vast.ai" or "RunPod"
+    id: str
+    key: str  # the machine's own API key; empty: none given, so nothing can be asked
+    exited: str  # what the provider does with a container that exits, for the log
+
+    @property
+    def stop_hint(self) -> str:
+        if self.provider == "RunPod":
+            return f"stop the pod yourself (`runpodctl stop pod {self.id}`, or the console)"
+        return f"stop the instance yourself (`vastai stop instance {self.id}`, or the console)"
+
+
+def machine(environ: Mapping[str, str] = os.environ) -> Machine | None:
+    """This vast.ai instance or RunPod pod, or None on any other machine."""
+    vast = environ.get("CONTAINER_API_KEY") or environ.get("VAST_CONTAINERLABEL")
+    if environ.get("CONTAINER_ID") and vast:
+        # vast.ai: an exited container's instance shows `exited` ("Container process exited
+        # unexpectedly": docs.vast.ai, cli/reference/show-instance, read 2026-12-02); whether
+        # it still bills the GPU is not documented, so it is taken to.
+        return Machine(
+            "vast.ai",
+            environ["CONTAINER_ID"],
+            environ.get("CONTAINER_API_KEY", ""),
+            "keeps an exited container's instance, billed, until it is stopped",
+        )
+    if environ.get("RUNPOD_POD_ID"):
+        # runpod/runpodctl#149 ("pods restart after the ENTRYPOINT command has ended") and
+        # dstackai/dstack#1142 (RunPod "infinitely restarts the pod"), read 2026-12-02.
+        return Machine(
+            "RunPod",
+            environ["RUNPOD_POD_ID"],
+            environ.get("RUNPOD_API_KEY", ""),
+            "starts a container that exits again, and bills meanwhile",
+        )
+    return None
+
+
+def action(cfg: Config, environ: Mapping[str, str] = os.environ) -> str:
+    """ON_EXIT resolved: ``auto`` is ``stop`` on a vast.ai instance or RunPod pod, else none."""
+    if cfg.on_exit != "auto":
+        return cfg.on_exit
+    return "stop" if machine(environ) else "none"
+
+
+@dataclass(frozen=True)
 class Request:
     provider: str
     method: str
@@ -42,47 +90,48 @@ class Request:
         return f"{self.method} {self.url}{body} (Authorization: Bearer ***)"
 
 
-def request(
-    cfg: Config, environ: Mapping[str, str] = os.environ, action: str | None = None
-) -> Request:
-    """The request ON_EXIT (or ``action``) makes on this machine, or a one-line error saying
-    why none can be."""
-    action = action or cfg.on_exit
-    if environ.get("CONTAINER_ID") and environ.get("CONTAINER_API_KEY"):
-        url = f"{cfg.vast_api_url.rstrip('/')}/api/v0/instances/{environ['CONTAINER_ID']}/"
+def request(found: Machine, how: str, vast_api_url: str, runpod_api_url: str) -> Request:
+    """The request that stops (``how="stop"``) or destroys ``found``."""
+    if found.provider == "vast.ai":
+        url = f"{vast_api_url.rstrip('/')}/api/v0/instances/{found.id}/"
         # vast.ai's own OpenAPI (tests/providers): stop is a PUT of the state; destroy a DELETE
         # without a body.
-        method, body = ("PUT", {"state": "stopped"}) if action == "stop" else ("DELETE", None)
-        return Request("vast.ai", method, url, body, environ["CONTAINER_API_KEY"])
-    if environ.get("RUNPOD_POD_ID") and environ.get("RUNPOD_API_KEY"):
-        url = f"{cfg.runpod_api_url.rstrip('/')}/v2/pods/{environ['RUNPOD_POD_ID']}"
-        key = environ["RUNPOD_API_KEY"]
-        # 409: the action does not apply to the pod's state (already stopped); 404: gone.
-        if action == "stop":
-            return Request("RunPod", "POST", f"{url}/action", {"action": "stop"}, key, (409,))
-        return Request("RunPod", "DELETE", url, None, key, (404,))
-    raise TrainboxError(
-        f"ON_EXIT={action}: this is neither a vast.ai instance (CONTAINER_ID, "
-        "CONTAINER_API_KEY) nor a RunPod pod (RUNPOD_POD_ID, RUNPOD_API_KEY); "
-        "set ON_EXIT=none, or stop the machine yourself",
-        ExitCode.CONFIG,
-    )
+        method, body = ("PUT", {"state": "stopped"}) if how == "stop" else ("DELETE", None)
+        return Request("vast.ai", method, url, body, found.key)
+    url = f"{runpod_api_url.rstrip('/')}/v2/pods/{found.id}"
+    # 409: the action does not apply to the pod's state (already stopped); 404: gone.
+    if how == "stop":
+        return Request("RunPod", "POST", f"{url}/action", {"action": "stop"}, found.key, (409,))
+    return Request("RunPod", "DELETE", url, None, found.key, (404,))
 
 
-def check(cfg: Config) -> None:
-    """At start: ON_EXIT must be able to act, and only ever after an upload."""
-    if cfg.on_exit == "none":
+def check(cfg: Config, environ: Mapping[str, str] = os.environ) -> None:
+    """At start: an ON_EXIT that was asked for must be able to act; destroy only ever after
+    an upload (a stop keeps the volume, and the weights on it)."""
+    how, found = action(cfg, environ), machine(environ)
+    if how == "none":
+        if found and cfg.on_exit == "none":
+            log.warning("ON_EXIT=none: %s %s: %s", found.provider, found.exited, found.stop_hint)
         return
-    if not cfg.output_repo:
+    if how == "destroy" and not cfg.output_repo:
         raise TrainboxError(
-            f"ON_EXIT={cfg.on_exit} needs OUTPUT_REPO: without an upload, stopping the machine "
-            "could take the only copy of the weights with it",
+            "ON_EXIT=destroy needs OUTPUT_REPO: without an upload, destroying the machine would "
+            "take the only copy of the weights with it (ON_EXIT=stop keeps the volume)",
             ExitCode.CONFIG,
         )
-    found = request(cfg)
-    log.info(
-        "ON_EXIT=%s: %s will be asked once the upload is verified", cfg.on_exit, found.provider
-    )
+    if found is None:
+        raise TrainboxError(
+            f"ON_EXIT={how}: this is neither a vast.ai instance (CONTAINER_ID, "
+            "CONTAINER_API_KEY) nor a RunPod pod (RUNPOD_POD_ID, RUNPOD_API_KEY); "
+            "set ON_EXIT=none, or stop the machine yourself",
+            ExitCode.CONFIG,
+        )
+    if not found.key:
+        log.warning("ON_EXIT=%s: %s gave this container no API key, so it cannot be asked; "
+                    "it %s: %s", how, found.provider, found.exited, found.stop_hint)  # fmt: skip
+        return
+    log.info("ON_EXIT=%s: %s will be asked once the run has ended%s", how, found.provider,
+             " and its upload is verified" if cfg.output_repo else "")  # fmt: skip
 
 
 def send(found: Request) -> None:
@@ -95,38 +144,21 @@ def send(found: Request) -> None:
         pass
 
 
-def on_exit(cfg: Config, verified: bool, code: int = ExitCode.OK) -> None:
-    """Stop or destroy this machine (ON_EXIT), only when the weights are verified on the Hub.
-    After a failed run (``code`` not 0) at most stop: destroying would take the volume, and
-    the logs on it, with it."""
-    action = cfg.on_exit
-    if code != ExitCode.OK and action == "destroy":
-        log.warning(
-            "ON_EXIT=destroy: the run ended with exit %d, so this machine is only "
-            "stopped: its volume keeps the logs; destroy it once you have read them",
-            code,
-        )
-        action = "stop"
-    if not verified:
-        log.error(
-            "ON_EXIT=%s: not done: the upload to %s is not verified, so this machine stays up "
-            "(and bills) to keep the only copy of the weights; copy them off, then stop it",
-            cfg.on_exit,
-            cfg.output_repo,
-        )
-        return
-    found = request(cfg, action=action)
-    if cfg.on_exit_dry_run:
+def ask(found: Request, dry_run: bool = False) -> bool:
+    """Send ``found``; True once the provider took it (or says it is already done). Every
+    failure is one line: the caller says what the user must do instead."""
+    if dry_run:
         log.info("ON_EXIT_DRY_RUN: would send to %s: %s", found.provider, found.describe())
-        return
-    log.info("ON_EXIT=%s: asking %s: %s", action, found.provider, found.describe())
+        return False
+    log.info("asking %s: %s", found.provider, found.describe())
     try:
         send(found)
     except urllib.error.HTTPError as err:
         if err.code not in found.done:
-            log.error("ON_EXIT=%s failed (HTTP %d): stop this machine yourself", action, err.code)
-            return
-        log.info("ON_EXIT=%s: %s answered %d: already stopped or gone", action, found.provider,
-                 err.code)  # fmt: skip
+            log.error("%s answered HTTP %d", found.provider, err.code)
+            return False
+        log.info("%s answered %d: already stopped or gone", found.provider, err.code)
     except (urllib.error.URLError, OSError) as err:
-        log.error("ON_EXIT=%s failed (%s): stop this machine yourself", action, err)
+        log.error("%s could not be asked (%s)", found.provider, err)
+        return False
+    return True

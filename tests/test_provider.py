@@ -1,9 +1,13 @@
 """The cost guard (ON_EXIT), end to end on the host: a real `trainbox run` of the demo on the
 CPU uploads to the test Hub, verifies the upload, then calls a local stand-in for vast.ai's
-or RunPod's API, and only then."""
+or RunPod's API, and only then; the stand-in then stops it, as the platform would."""
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,7 +19,7 @@ import pytest
 import yaml
 
 from entrypoint.errors import ExitCode
-from tests.conftest import REPO, trainbox
+from tests.conftest import REPO
 from tests.hub import GOOD_TOKEN, Fault, Hub
 
 PROVIDERS = REPO / "tests" / "providers"
@@ -62,10 +66,13 @@ def vast_answers(method: str, path: str, body: object) -> int:
 
 class Provider:
     """A stand-in for the providers' APIs on 127.0.0.1: records every request; RunPod's routes
-    answer as ``runpod_answers`` says, vast.ai's (``/api/...``) as ``vast_answers``."""
+    answer as ``runpod_answers`` says, vast.ai's (``/api/...``) as ``vast_answers``. A stop or
+    destroy it took stops ``machine`` (the `trainbox run` process) with SIGTERM, as both
+    platforms stop a container; it simplifies: at once, with no grace period to run out."""
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, str, str, object]] = []
+        self.machine: subprocess.Popen | None = None
         provider = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -84,6 +91,8 @@ class Provider:
                 self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
                 self.wfile.write(answer)
+                if status < 300 and self.command != "GET" and provider.machine:
+                    provider.machine.send_signal(signal.SIGTERM)
 
             do_PUT = do_POST = do_DELETE = do_GET = _any
 
@@ -102,13 +111,40 @@ def provider() -> Iterator[Provider]:
     stand_in.server.shutdown()
 
 
-def run(hub: Hub, provider: Provider, workspace: Path, **extra: str):
+def run(
+    hub: Hub, provider: Provider, workspace: Path, until: str = "", **extra: str
+) -> subprocess.CompletedProcess:
+    """A real `trainbox run` on the provider's machine; ``until``: a log line at which the
+    user stops it (SIGTERM), for a run that waits to be stopped."""
     env = {"WORKSPACE": str(workspace), "DEVICE": "cpu", "EPOCHS": "1", "MONITOR": "false",
            "HF_ENDPOINT": hub.url, "HF_TOKEN": GOOD_TOKEN,
            "OUTPUT_REPO": "org/weights", "UPLOAD_INTERVAL": "1", "DATA": "", "DATASET_REPO": "",
            "TRAINBOX_CONFIG": "", "VAST_API_URL": provider.url,
            "RUNPOD_API_URL": provider.url, **extra}  # fmt: skip
-    return trainbox("run", env=env, timeout=600)
+    for name in ("CONTAINER_ID", "CONTAINER_API_KEY", "RUNPOD_POD_ID", "RUNPOD_API_KEY"):
+        env.setdefault(name, "")
+    command = [sys.executable, "-m", "entrypoint", "run"]
+    machine = subprocess.Popen(command, env={**os.environ, **env}, cwd=REPO, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    provider.machine = machine
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in machine.stderr:
+            lines.append(line)
+            if until and until in line:
+                machine.send_signal(signal.SIGTERM)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        out = machine.stdout.read()
+        machine.wait(timeout=600)
+    finally:
+        machine.kill()
+        provider.machine = None
+    reader.join(10)
+    return subprocess.CompletedProcess(command, machine.returncode, out, "".join(lines))
 
 
 VAST = {"CONTAINER_ID": "4242", "CONTAINER_API_KEY": "vast-key-123"}
@@ -181,7 +217,8 @@ def test_an_unverified_upload_sends_nothing_and_says_so(
     hub, workspace = trained
     hub.faults.append(Fault("/paths-info/", status=500, times=99))
     try:
-        result = run(hub, provider, workspace, ON_EXIT="destroy", **VAST)
+        # It waits to be stopped (an exit would be started again): the user stops it.
+        result = run(hub, provider, workspace, until="not verified", ON_EXIT="destroy", **VAST)
     finally:
         hub.faults.clear()
     assert result.returncode == 0, result.stderr[-3000:]
@@ -196,7 +233,7 @@ def test_a_hub_that_holds_other_bytes_is_not_verified(
     kept = hub.repos["models/org/weights"].files["run/last.pt"]
     hub.add("org/weights", {"run/last.pt": b"not the checkpoint"}, kind="models")
     try:
-        result = run(hub, provider, workspace, ON_EXIT="stop", **RUNPOD)
+        result = run(hub, provider, workspace, until="not verified", ON_EXIT="stop", **RUNPOD)
     finally:
         hub.add("org/weights", {"run/last.pt": kept}, kind="models")
     assert provider.requests == [] and "not verified" in result.stderr, result.stderr[-3000:]
@@ -221,22 +258,22 @@ def test_a_failed_final_upload_sends_nothing(hub: Hub, provider: Provider, tmp_p
     ]
     result = run(hub, provider, tmp_path, ON_EXIT="stop", STOP_GRACE="8", **RUNPOD)
     assert result.returncode == ExitCode.UPLOAD, result.stderr[-3000:]
-    assert provider.requests == []
-    assert "not verified" in result.stderr
+    assert provider.requests == []  # the next start retries the upload: it may mend it
+    assert "exit 7: RunPod starts a container that exits again" in result.stderr
 
 
 @pytest.mark.parametrize(
     ("extra", "line"),
     [
-        ({"OUTPUT_REPO": ""}, "ON_EXIT=stop needs OUTPUT_REPO"),
-        ({}, "ON_EXIT=stop: this is neither a vast.ai instance"),
+        ({"OUTPUT_REPO": "", "ON_EXIT": "destroy"}, "ON_EXIT=destroy needs OUTPUT_REPO"),
+        ({"ON_EXIT": "stop"}, "ON_EXIT=stop: this is neither a vast.ai instance"),
     ],
-    ids=["no-output-repo", "no-provider"],
+    ids=["destroy-without-output-repo", "no-provider"],
 )
 def test_on_exit_that_cannot_act_stops_at_start(
     hub: Hub, provider: Provider, tmp_path: Path, extra: dict, line: str
 ) -> None:
-    result = run(hub, provider, tmp_path, ON_EXIT="stop", **extra)
+    result = run(hub, provider, tmp_path, **extra)
     assert result.returncode == ExitCode.CONFIG
     [error] = [m for m in result.stderr.splitlines() if m.startswith("[trainbox] error:")]
     assert line in error
@@ -246,14 +283,12 @@ def test_on_exit_that_cannot_act_stops_at_start(
 def test_after_a_failed_run_destroy_only_stops_and_train_log_is_published(
     provider: Provider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from entrypoint import config, publish
-    from entrypoint import provider as guard
+    from entrypoint import config, ending, publish
 
-    for key, value in VAST.items():
-        monkeypatch.setenv(key, value)
-    cfg = config.load({"ON_EXIT": "destroy", "OUTPUT_REPO": "org/w", "VAST_API_URL": provider.url,
+    monkeypatch.setattr(ending, "PLATFORM_STOP_WAIT", 0.1)  # this process is not stopped
+    cfg = config.load({"ON_EXIT": "destroy", "VAST_API_URL": provider.url,
                        "WORKSPACE": str(tmp_path)})  # fmt: skip
-    guard.on_exit(cfg, True, ExitCode.TRAINING_FAILED)
+    assert ending.settle(cfg, ExitCode.TIME_LIMIT, VAST) == ExitCode.TIME_LIMIT
     assert provider.requests == [
         ("PUT", "/api/v0/instances/4242/", "Bearer vast-key-123", {"state": "stopped"})
     ]
@@ -272,3 +307,55 @@ def test_after_a_failed_run_destroy_only_stops_and_train_log_is_published(
     (run_dir / "train.log").write_text("interrupted\n")
     publish.Publisher().on_train_exception(stopped)  # a stop is no failure: nothing published
     assert (publish.folder(run_dir) / "train.log").read_text().startswith("Traceback")
+
+
+@pytest.mark.parametrize(
+    ("code", "before", "expected"),
+    [
+        (0, [], True),  # completed: a new start has nothing to train
+        (6, [], True),  # the GPU check: the same card fails it again
+        (2, [], True),
+        (8, [], True),  # MAX_RUNTIME is the user's limit for the run
+        (5, [], False),  # the Hub may be back
+        (5, [0], False),
+        (5, [5], True),  # the same failure again
+        (1, [7], False),
+        (1, [5, 7], True),  # the third failed start in a row
+        (1, [5, 0], False),
+        (1, [130, 5], False),  # a stop signal is no failure
+        (130, [130], False),  # a stop signal is never acted on
+    ],
+)
+def test_which_ends_a_new_start_would_repeat(code: int, before: list[int], expected: bool) -> None:
+    from entrypoint import ending
+
+    assert ending.final(code, [{"at": "", "code": c} for c in before]) is expected
+
+
+def test_a_refused_setting_on_runpod_stops_the_pod_once(
+    hub: Hub, provider: Provider, tmp_path: Path
+) -> None:
+    """A start whose settings are refused fails the same way on every restart: the pod is
+    stopped at the first (never destroyed), and the next start would not send it again."""
+    result = run(hub, provider, tmp_path, EPOCHS="many", ON_EXIT="destroy", **RUNPOD)
+    assert result.returncode == ExitCode.CONFIG, result.stderr[-3000:]
+    assert "[trainbox] error: environment: EPOCHS=" in result.stderr
+    assert provider.requests == [
+        ("POST", "/v2/pods/pod7/action", "Bearer rp-key-456", {"action": "stop"})
+    ]
+    starts = json.loads((tmp_path / "trainbox" / "starts.json").read_text())
+    assert [s["code"] for s in starts] == [ExitCode.CONFIG]
+
+
+def test_a_completed_run_without_a_key_waits_instead_of_looping(
+    trained: tuple[Hub, Path], provider: Provider
+) -> None:
+    """RunPod without RUNPOD_API_KEY: nothing can be asked, so the container stays up, idle,
+    and says what to do, instead of exiting into RunPod's restart."""
+    hub, workspace = trained
+    pod = {"RUNPOD_POD_ID": "pod7"}
+    result = run(hub, provider, workspace, until="waits instead of exiting", **pod)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert provider.requests == []
+    assert "RunPod gave this container no API key" in result.stderr
+    assert "runpodctl stop pod pod7" in result.stderr

@@ -4,111 +4,27 @@ or RunPod's API, and only then; the stand-in then stops it, as the platform woul
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 
-import jsonschema
 import pytest
-import yaml
 
 from entrypoint.errors import ExitCode
 from tests.conftest import REPO
 from tests.hub import GOOD_TOKEN, Fault, Hub
-
-PROVIDERS = REPO / "tests" / "providers"
-RUNPOD_SPEC = json.loads((PROVIDERS / "runpod-openapi-v2.json").read_text())
-# vast.ai's own descriptions of the two requests ON_EXIT makes (vendored, see their headers).
-VAST_SPECS = [yaml.safe_load((PROVIDERS / f"vastai-{name}-instance.yaml").read_text())
-              for name in ("stop", "destroy")]  # fmt: skip
-
-
-def answers(specs: list[dict], method: str, path: str, body: object, refused: int) -> int:
-    """The status a provider answers, by its own OpenAPI documents: 404 for a route they do
-    not have, ``refused`` for a body the operation's schema refuses or a body where the
-    operation takes none, else the operation's success code."""
-    for spec in specs:
-        for template, item in spec["paths"].items():
-            if not re.fullmatch(re.sub(r"\{[^}]+\}", "[^/]+", template), path):
-                continue
-            if method.lower() not in item:
-                continue
-            operation = item[method.lower()]
-            content = operation.get("requestBody", {}).get("content", {})
-            if schema := content.get("application/json", {}).get("schema"):
-                found = {**schema, "components": spec.get("components", {})}
-                if not jsonschema.Draft202012Validator(found).is_valid(body):
-                    return refused
-            elif body is not None:
-                return refused
-            return min(int(code) for code in operation["responses"] if code.startswith("2"))
-    return 404
-
-
-def runpod_answers(method: str, path: str, body: object) -> int:
-    """RunPod's REST v2 (its OpenAPI document): 404 for a route it does not have (v1's among
-    them), 422 for a body its schema refuses, else 200 for a pod action, 204 for a delete.
-    It simplifies: every pod exists and every action is allowed in its state (no 409)."""
-    return answers([RUNPOD_SPEC], method, path, body, 422)
-
-
-def vast_answers(method: str, path: str, body: object) -> int:
-    """vast.ai's instances API (its OpenAPI descriptions of stop and destroy): 400 for a body
-    they refuse, else 200. It simplifies: every instance exists."""
-    return answers(VAST_SPECS, method, path, body, 400)
-
-
-class Provider:
-    """A stand-in for the providers' APIs on 127.0.0.1: records every request; RunPod's routes
-    answer as ``runpod_answers`` says, vast.ai's (``/api/...``) as ``vast_answers``. A stop or
-    destroy it took stops ``machine`` (the `trainbox run` process) with SIGTERM, as both
-    platforms stop a container; it simplifies: at once, with no grace period to run out."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, str, str, object]] = []
-        self.machine: subprocess.Popen | None = None
-        provider = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _any(self) -> None:
-                length = int(self.headers.get("Content-Length", 0))
-                body = json.loads(self.rfile.read(length)) if length else None
-                provider.requests.append(
-                    (self.command, self.path, self.headers.get("Authorization", ""), body)
-                )
-                if self.path.startswith("/api/"):
-                    status = vast_answers(self.command, self.path, body)
-                else:
-                    status = runpod_answers(self.command, self.path, body)
-                answer = b"" if status == 204 else b"{}"
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
-                if status < 300 and self.command != "GET" and provider.machine:
-                    provider.machine.send_signal(signal.SIGTERM)
-
-            do_PUT = do_POST = do_DELETE = do_GET = _any
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+from tests.provider import Provider, runpod_answers, vast_answers
 
 
 @pytest.fixture
 def provider() -> Iterator[Provider]:
     stand_in = Provider()
     yield stand_in
-    stand_in.server.shutdown()
+    stand_in.close()
 
 
 def run(
@@ -126,7 +42,9 @@ def run(
     command = [sys.executable, "-m", "entrypoint", "run"]
     machine = subprocess.Popen(command, env={**os.environ, **env}, cwd=REPO, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    provider.machine = machine
+    # As both platforms stop a container: SIGTERM; it simplifies: at once, with no grace
+    # period to run out.
+    provider.stop = lambda: machine.send_signal(signal.SIGTERM)
     lines: list[str] = []
 
     def read() -> None:
@@ -142,7 +60,7 @@ def run(
         machine.wait(timeout=600)
     finally:
         machine.kill()
-        provider.machine = None
+        provider.stop = None
     reader.join(10)
     return subprocess.CompletedProcess(command, machine.returncode, out, "".join(lines))
 
@@ -167,7 +85,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Hub, Pat
         commits = [i for i, (_, p) in enumerate(hub.requests) if "/commit/" in p]
         assert verified and commits and verified[-1] > commits[-1]
         assert "vast-key-123" not in result.stderr  # the key is never logged
-        stand_in.server.shutdown()
+        stand_in.close()
         yield hub, workspace
 
 

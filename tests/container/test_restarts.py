@@ -1,0 +1,133 @@
+"""Nothing bills after the run, in real containers, on machines that behave around the
+container as RunPod and vast.ai do: RunPod starts a container that exits again (dstackai/
+dstack#1142, "infinitely restarts the pod"; read 2026-12-02), vast.ai leaves it ``exited``
+(docs.vast.ai, cli/reference/show-instance). Each case prints how many starts it took and how
+many seconds its containers ran, against the same machine with ``ON_EXIT=none``."""
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from entrypoint.errors import ExitCode
+from tests.container.conftest import docker
+from tests.container.test_status import TRAIN, hub_env
+from tests.hub import Hub
+from tests.provider import Provider
+
+pytestmark = pytest.mark.container
+
+RUNPOD = {"RUNPOD_POD_ID": "pod7", "RUNPOD_API_KEY": "rp-key-456"}
+VAST = {"CONTAINER_ID": "4242", "CONTAINER_API_KEY": "vast-key-123"}
+STOP = {"RunPod": ("POST", "/v2/pods/pod7/action", "Bearer rp-key-456", {"action": "stop"}),
+        "vast.ai": ("PUT", "/api/v0/instances/4242/", "Bearer vast-key-123",
+                    {"state": "stopped"})}  # fmt: skip
+MOST_STARTS = 4  # a loop is shown by this many starts; the real one would not end
+
+
+class Machine:
+    """The machine side of a platform: the image's container on a volume, with the provider's
+    variables. RunPod's starts the same container again whenever it exits; vast.ai's leaves
+    it exited. A stop that the API stand-in took stops it as both do (``docker stop``:
+    SIGTERM, then SIGKILL after the grace) and nothing starts it again. It simplifies: the
+    stop acts at once, where the real ones take a few seconds."""
+
+    def __init__(self, provider: str, image: str, volume: str, env: dict[str, str]) -> None:
+        self.provider, self.name = provider, f"trainbox-restarts-{volume[-8:]}"
+        self.stopped = threading.Event()
+        flags = [f for k, v in env.items() for f in ("-e", f"{k}={v}")]
+        docker("rm", "--force", self.name)
+        created = docker("create", "--name", self.name, "--network", "host",
+                         "-v", f"{volume}:/workspace", *flags, image)  # fmt: skip
+        assert created.returncode == 0, created.stderr
+        self.starts, self.billed, self.codes = 0, 0.0, []
+
+    def stop(self) -> None:
+        self.stopped.set()  # before the container can exit: no restart after it
+        threading.Thread(target=docker, args=("stop", "-t", "30", self.name), daemon=True).start()
+
+    def run(self) -> "Machine":
+        while self.starts < MOST_STARTS:
+            began = time.monotonic()
+            assert docker("start", self.name).returncode == 0
+            self.starts += 1
+            waited = docker("wait", self.name, timeout=900)
+            self.billed += time.monotonic() - began
+            self.codes.append(int(waited.stdout.strip()))
+            if self.stopped.is_set() or self.provider == "vast.ai":
+                break
+        return self
+
+    def logs(self) -> str:
+        result = docker("logs", self.name)
+        return result.stdout + result.stderr
+
+    def remove(self) -> None:
+        docker("rm", "--force", self.name)
+
+
+@pytest.fixture
+def provider() -> Iterator[Provider]:
+    stand_in = Provider()
+    yield stand_in
+    stand_in.close()
+
+
+@pytest.fixture
+def report(capsys: pytest.CaptureFixture) -> Iterator[list[str]]:
+    """What each case billed, printed at the end of the test whatever the output capture."""
+    lines: list[str] = []
+    yield lines
+    with capsys.disabled():
+        print("\n" + "\n".join(["case: starts, seconds the containers ran", *lines]))
+
+
+def start(
+    kind: str, image: str, volume: str, provider: Provider, report: list[str], case: str,
+    **env: str
+) -> tuple[Machine, str]:  # fmt: skip
+    """One machine's life until the platform stops starting its container."""
+    machine_env = RUNPOD if kind == "RunPod" else VAST
+    url = {"RUNPOD_API_URL" if kind == "RunPod" else "VAST_API_URL": provider.url}
+    machine = Machine(kind, image, volume, {**TRAIN, **machine_env, **url, "MONITOR": "false",
+                                            "EPOCHS": "1", **env})  # fmt: skip
+    provider.stop = machine.stop
+    try:
+        machine.run()
+        logs = machine.logs()
+    finally:
+        machine.remove()
+    report.append(f"{kind} {case}: {machine.starts} start(s), {machine.billed:.1f} s")
+    return machine, logs
+
+
+@pytest.mark.parametrize("kind", ["RunPod", "vast.ai"])
+def test_a_completed_run_an_early_failure_and_a_restart_each_end_in_one_stop(
+    kind: str, image: str, volume: str, hub: Hub, provider: Provider, report: list[str]
+) -> None:
+    # Without ON_EXIT (today's templates before it), the baseline: an early failure on RunPod
+    # loops, billed, until the test's cap; on vast.ai the instance stays up, exited.
+    none, logs = start(kind, image, volume, provider, report, "exit 6, ON_EXIT=none",
+                       DEVICE="auto", ON_EXIT="none")  # fmt: skip
+    assert none.codes[0] == ExitCode.PREFLIGHT, logs[-3000:]
+    assert none.starts == (MOST_STARTS if kind == "RunPod" else 1) and provider.requests == []
+    # An early failure no restart mends (the GPU check): one stop, no second start.
+    failed, logs = start(kind, image, volume, provider, report, "exit 6", DEVICE="auto")
+    assert failed.codes == [ExitCode.PREFLIGHT], logs[-3000:]
+    assert (failed.starts, provider.requests) == (1, [STOP[kind]]), logs[-3000:]
+    # A completed run: trained, uploaded, verified, then one stop.
+    provider.requests.clear()
+    upload = {**hub_env(hub), "OUTPUT_REPO": "org/weights"}
+    done, logs = start(kind, image, volume, provider, report, "completed run", **upload)
+    assert done.codes == [ExitCode.OK], logs[-3000:]
+    assert (done.starts, provider.requests) == (1, [STOP[kind]]), logs[-3000:]
+    assert "final upload done" in logs and "paths-info" in json.dumps(hub.requests)
+    # The stopped machine started again (by its user): the run is complete, so one stop.
+    provider.requests.clear()
+    again, logs = start(kind, image, volume, provider, report, "completed run, started again",
+                        **upload)  # fmt: skip
+    assert again.codes == [ExitCode.OK] and "already completed" in logs, logs[-3000:]
+    assert (again.starts, provider.requests) == (1, [STOP[kind]]), logs[-3000:]
+    assert "rp-key-456" not in logs and "vast-key-123" not in logs

@@ -1,0 +1,97 @@
+"""Stand-ins for the providers' APIs (vast.ai's instances, RunPod's REST v2), answering by
+their own vendored OpenAPI documents (tests/providers), for host and container tests."""
+
+import json
+import re
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import jsonschema
+import yaml
+
+from tests.conftest import REPO
+
+PROVIDERS = REPO / "tests" / "providers"
+RUNPOD_SPEC = json.loads((PROVIDERS / "runpod-openapi-v2.json").read_text())
+# vast.ai's own descriptions of the two requests ON_EXIT makes (vendored, see their headers).
+VAST_SPECS = [yaml.safe_load((PROVIDERS / f"vastai-{name}-instance.yaml").read_text())
+              for name in ("stop", "destroy")]  # fmt: skip
+
+
+def answers(specs: list[dict], method: str, path: str, body: object, refused: int) -> int:
+    """The status a provider answers, by its own OpenAPI documents: 404 for a route they do
+    not have, ``refused`` for a body the operation's schema refuses or a body where the
+    operation takes none, else the operation's success code."""
+    for spec in specs:
+        for template, item in spec["paths"].items():
+            if not re.fullmatch(re.sub(r"\{[^}]+\}", "[^/]+", template), path):
+                continue
+            if method.lower() not in item:
+                continue
+            operation = item[method.lower()]
+            content = operation.get("requestBody", {}).get("content", {})
+            if schema := content.get("application/json", {}).get("schema"):
+                found = {**schema, "components": spec.get("components", {})}
+                if not jsonschema.Draft202012Validator(found).is_valid(body):
+                    return refused
+            elif body is not None:
+                return refused
+            return min(int(code) for code in operation["responses"] if code.startswith("2"))
+    return 404
+
+
+def runpod_answers(method: str, path: str, body: object) -> int:
+    """RunPod's REST v2 (its OpenAPI document): 404 for a route it does not have (v1's among
+    them), 422 for a body its schema refuses, else 200 for a pod action, 204 for a delete.
+    It simplifies: every pod exists and every action is allowed in its state (no 409)."""
+    return answers([RUNPOD_SPEC], method, path, body, 422)
+
+
+def vast_answers(method: str, path: str, body: object) -> int:
+    """vast.ai's instances API (its OpenAPI descriptions of stop and destroy): 400 for a body
+    they refuse, else 200. It simplifies: every instance exists."""
+    return answers(VAST_SPECS, method, path, body, 400)
+
+
+class Provider:
+    """A stand-in for the providers' APIs on 127.0.0.1: records every request; RunPod's routes
+    answer as ``runpod_answers`` says, vast.ai's (``/api/...``) as ``vast_answers``. A stop or
+    destroy it took calls ``stop``: the test's machine is stopped as the platform would."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str, str, object]] = []
+        self.stop: Callable[[], None] | None = None
+        provider = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _any(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(length)) if length else None
+                provider.requests.append(
+                    (self.command, self.path, self.headers.get("Authorization", ""), body)
+                )
+                if self.path.startswith("/api/"):
+                    status = vast_answers(self.command, self.path, body)
+                else:
+                    status = runpod_answers(self.command, self.path, body)
+                answer = b"" if status == 204 else b"{}"
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+                if status < 300 and self.command != "GET" and provider.stop:
+                    provider.stop()
+
+            do_PUT = do_POST = do_DELETE = do_GET = _any
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

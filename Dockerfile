@@ -20,13 +20,23 @@ ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126
 # at install: they are removed, or every container of this image would share them; each box
 # makes its own at first start, on its volume. No libgl1: OpenCV's headless build (below)
 # needs no GUI libraries, and libgl1 alone brought ~200 MB (LLVM, Mesa, Z3).
+# SkyPilot's docker initialization replaces the entrypoint with bash, apt-installs rsync curl
+# wget patch openssh-server python3-pip fuse and runs `service ssh start` on port 10022
+# (sky/provision/docker_utils.py, SkyPilot 0.14.1, read 2026-12-02). With them here its install
+# is a no-op on the billed machine; and since Debian's init script makes no host keys (only
+# the package's install does), /etc/default/ssh, which it sources, makes this container's own.
 FROM ${BASE_IMAGE} AS system
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# (The backquotes below are text, a comment written into /etc/default/ssh.)
+# hadolint ignore=SC2016
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       python3 python3-venv tini ca-certificates openssh-server \
+      rsync curl wget patch python3-pip fuse \
  && apt-get clean \
- && rm -rf /var/lib/apt/lists/* /etc/ssh/ssh_host_*
+ && rm -rf /var/lib/apt/lists/* /etc/ssh/ssh_host_* \
+ && printf '%s\n' '# trainbox: host keys of its own for a container started by `service ssh start`' \
+      '[ -e /etc/ssh/ssh_host_ed25519_key ] || ssh-keygen -A' >> /etc/default/ssh
 
 # Everything the image needs lives under /opt/trainbox, never under /workspace:
 # a volume mounted there would hide it. The Hugging Face cache lives on the volume.
@@ -111,11 +121,14 @@ RUN pip install --constraint /opt/trainbox/torch-constraints.txt \
 
 # 3. trainbox itself, last: a code change rebuilds only this small layer. The build
 #    ends with a self-test that fails it unless torch is exactly the build asked for.
+#    The command is also on the system's PATH: a login shell (SkyPilot runs every command,
+#    and its job, in one) starts from /etc/profile's PATH, which lacks the venv's.
 COPY pyproject.toml /opt/trainbox/src/
 COPY configs /opt/trainbox/src/configs
 COPY docker /opt/trainbox/src/docker
 COPY entrypoint /opt/trainbox/src/entrypoint
 RUN pip install --no-deps --no-build-isolation --editable /opt/trainbox/src \
+ && ln -s "$VIRTUAL_ENV/bin/trainbox" /usr/local/bin/trainbox \
  && python /opt/trainbox/src/docker/selftest.py
 
 # Healthy while the run makes progress; unhealthy once it failed or made none for half of

@@ -2,13 +2,12 @@
 where it installs offline, else against its documented schema) and checked to run this
 image, with settings trainbox knows."""
 
-import copy
 import json
 import os
 import re
 import shlex
+import subprocess
 import sys
-import warnings
 
 import jsonschema
 import pytest
@@ -89,126 +88,109 @@ NO_KERNELS = {"K80", "B200", "B300", "GB200", "RTXPRO6000"}
 SKY_CLOUDS = {"AWS", "GCP"}
 
 
-def _sky_launch(template: str, *command: str, monkeypatch: pytest.MonkeyPatch) -> dict:
-    """The launch line the template's first comment gives (and the README), parsed by
-    SkyPilot's own CLI as typed: `--env HF_TOKEN` takes the token from the shell."""
-    from sky import cli
-
-    monkeypatch.setenv("HF_TOKEN", "hf_from_the_shell")
-    line = re.search(rf"sky {' '.join(command)} [^`\n]*", (PROVIDERS / template).read_text())[0]
-    assert line.strip() in (REPO / "README.md").read_text()
-    click_command = cli.cli
-    for name in command:
-        click_command = click_command.commands[name]
-    params = click_command.make_context("sky", shlex.split(line)[1 + len(command) :]).params
-    assert params["entrypoint"] == (f"configs/providers/{template}",)
-    return params
+SKYPILOT = REPO / ".venv" / "skypilot"
 
 
-def _sky_token_and_teardown(spec: dict, launch: dict, managed: bool = False) -> None:
-    """HF_TOKEN through SkyPilot's secrets and the teardown in the file where the SkyPilot
-    the tests use has them (`secrets:` and resources.autostop came in 0.10); otherwise the
-    token is required at launch, never written, and the launch line asks for autodown. A
-    managed job needs neither: its controller terminates the cluster when the job ends."""
-    from sky.utils import schemas
-
-    if "secrets" in schemas.get_task_schema()["properties"]:
-        assert "HF_TOKEN" in spec["secrets"] and "HF_TOKEN" not in spec["envs"]
-    else:
-        assert spec["envs"]["HF_TOKEN"] is None and "HF_TOKEN" in dict(launch["env"])
-    if managed:
-        return
-    if "autostop" in schemas.get_resources_schema()["properties"]:
-        assert spec["resources"]["autostop"]["down"] is True
-    else:  # autodown: torn down 1 idle minute after the job ends (sky/execution.py)
-        assert launch["down"] and launch["idle_minutes_to_autostop"] is None
+def sky_check(template: str, *command: str) -> dict:
+    """The template as SkyPilot reads it (tests/skypilot/check.py), with the SkyPilot that
+    tests/run installs apart: SkyPilot >= 0.10 needs click<8.2, the image pins 8.5.1."""
+    if not SKYPILOT.is_dir():
+        pytest.fail(f"SkyPilot is not in {SKYPILOT}: tests/run installs it there")
+    env = {**os.environ, "PYTHONPATH": str(SKYPILOT), "HF_TOKEN": "hf_from_the_shell"}
+    done = subprocess.run([sys.executable, str(REPO / "tests" / "skypilot" / "check.py"),
+                           template, *command], capture_output=True, text=True, env=env,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout)
+    assert found["line"] in (REPO / "README.md").read_text()  # the README gives the same line
+    assert found["entrypoint"] == [f"configs/providers/{template}"]
+    return found
 
 
-def _sky_clouds(task, *features) -> set[str]:
-    """Each alternative the task allows runs the image on a GPU it has kernels and a driver for,
-    on a named cloud (none would let SkyPilot pick any, RunPod included) that SkyPilot says
-    supports a docker image and `features`. Returns the clouds."""
-    from sky.clouds import CloudImplementationFeatures
-
-    clouds = set()
-    for resources in task.resources:
-        assert IMAGE.match(resources.image_id[None].removeprefix("docker:"))
-        assert resources.accelerators and not set(resources.accelerators) & NO_KERNELS
-        assert resources.cloud is not None, "pin the clouds: SkyPilot would also pick RunPod"
-        resources.cloud.check_features_are_supported(
-            resources, {CloudImplementationFeatures.DOCKER_IMAGE, *features}
-        )
-        clouds.add(str(resources.cloud))
-    return clouds
-
-
-def test_skypilot_task_is_valid_for_skypilot(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sky
-    from sky.clouds import CloudImplementationFeatures as Feature
-
-    spec = yaml.safe_load((PROVIDERS / "skypilot.yaml").read_text())
-    with pytest.raises(ValueError, match="HF_TOKEN"):  # the token must come at launch
-        sky.Task.from_yaml_config(copy.deepcopy(spec))
-    launch = _sky_launch("skypilot.yaml", "launch", monkeypatch=monkeypatch)
-    _sky_token_and_teardown(spec, launch)
-    # SkyPilot's own schema check, with what the launch line passes.
-    task = sky.Task.from_yaml_config(spec, env_overrides=list(launch["env"]))
-    assert task.envs["HF_TOKEN"] == "hf_from_the_shell"
-    assert _sky_clouds(task, Feature.AUTODOWN) <= SKY_CLOUDS
-    assert set(task.envs) <= KNOWN
-    assert "trainbox run" in task.run
-    config.load({k: v for k, v in task.envs.items() if k != "HF_TOKEN"})
+def _sky_task(found: dict, *, autostop: bool = True) -> dict[str, str]:
+    """What every SkyPilot template must be: the token a secret (redacted, never in the file,
+    the launch refused without it), the teardown in the file, a STOP_GRACE that fits SkyPilot's
+    30 s from SIGTERM to SIGKILL, and each alternative on a named cloud (none would let
+    SkyPilot pick any, RunPod included) that runs the image on a GPU it has kernels for. The
+    task's settings, valid for trainbox."""
+    assert tuple(int(n) for n in found["version"].split(".")[:2]) >= (0, 10)
+    assert found["secret_names"] == ["HF_TOKEN"] and found["secrets_from_line"] == ["HF_TOKEN"]
+    assert "HF_TOKEN" not in found["envs"] and "HF_TOKEN" not in found["env_from_line"]
+    assert found["token_redacted"] and "HF_TOKEN" in found["refused_without"]
+    assert int(found["envs"]["STOP_GRACE"]) + 5 <= 30  # sky/skylet/subprocess_daemon.py
+    for resources in found["resources"]:
+        assert IMAGE.match(resources["image"].removeprefix("docker:"))
+        assert resources["accelerators"] and not set(resources["accelerators"]) & NO_KERNELS
+        assert resources["cloud"] in SKY_CLOUDS, "pin the clouds: SkyPilot would also pick RunPod"
+        assert resources["features_supported"]
+        if autostop:
+            assert resources["autostop"] == {"idle_minutes": 1, "down": True}
+    assert "trainbox run" in found["run"]
+    assert set(found["envs"]) <= KNOWN
+    return found["envs"]
 
 
-def test_skypilot_spot_job_recovers_on_a_new_machine_from_the_hub(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_skypilot_task_is_valid_for_skypilot() -> None:
+    found = sky_check("skypilot.yaml", "launch")
+    config.load(_sky_task(found))
+    assert found["num_nodes"] == 1
+
+
+def test_skypilot_spot_job_recovers_on_a_new_machine_from_the_hub() -> None:
     """A managed job (`sky jobs launch`) on spot instances: after a preemption SkyPilot's
     controller launches a new machine (job_recovery), whose empty disk trainbox fills from
     OUTPUT_REPO, so SkyPilot must refuse the job without it."""
-    from sky.clouds import CloudImplementationFeatures as Feature
-    from sky.utils import dag_utils, registry
-
-    path = str(PROVIDERS / "skypilot-spot.yaml")
-    spec = yaml.safe_load((PROVIDERS / "skypilot-spot.yaml").read_text())
-    launch = _sky_launch("skypilot-spot.yaml", "jobs", "launch", monkeypatch=monkeypatch)
-    _sky_token_and_teardown(spec, launch, managed=True)
-    env = dict(launch["env"])
-    without_repo = [(k, v) for k, v in env.items() if k != "OUTPUT_REPO"]
-    with pytest.raises(ValueError, match="OUTPUT_REPO"):
-        dag_utils.load_chain_dag_from_yaml(path, env_overrides=without_repo)
-    # What `sky jobs launch` does to the file before submitting it (sky/jobs/server/core.py),
-    # less dag.validate(), which downloads SkyPilot's GPU catalog.
-    dag = dag_utils.load_chain_dag_from_yaml(path, env_overrides=list(env.items()))
-    dag_utils.maybe_infer_and_fill_dag_and_task_names(dag)
-    dag_utils.fill_default_config_in_dag_for_job_launch(dag)
-    [task] = dag.tasks
-    assert _sky_clouds(task, Feature.SPOT_INSTANCE) <= SKY_CLOUDS
-    for resources in task.resources:
-        assert resources.use_spot
-        recovery = resources.job_recovery
-        registry.JOBS_RECOVERY_STRATEGY_REGISTRY.from_str(recovery["strategy"])  # a real one
-        assert recovery["max_restarts_on_errors"] == 0  # trainbox's own errors: not retried
-    assert "trainbox run" in task.run
-    settings = {k: v for k, v in task.envs.items() if k != "HF_TOKEN"}
-    assert set(settings) <= KNOWN
-    assert config.load(settings).output_repo == env["OUTPUT_REPO"]
+    found = sky_check("skypilot-spot.yaml", "jobs", "launch")
+    settings = _sky_task(found, autostop=False)  # the controller ends the job's cluster
+    assert "OUTPUT_REPO" in found["refused_without"]
+    for resources in found["resources"]:
+        assert resources["use_spot"]
+        assert resources["job_recovery"]["max_restarts_on_errors"] == 0  # trainbox's errors
+    assert config.load(settings).output_repo == "my-org/my-run"
 
 
-def test_modal_app_builds_with_modal() -> None:
+def load_modal_app(monkeypatch: pytest.MonkeyPatch) -> tuple[object, dict]:
+    """configs/providers/modal_app.py, built by Modal's own objects (lazy: no network, no
+    account), and what it asked Modal for: the volume and the function's options, recorded on
+    the way to Modal's own calls, which check them."""
     import importlib.util
 
+    import modal
+
+    asked: dict = {}
+    volume, function = modal.Volume.from_name, modal.App.function
+
+    def from_name(*args, **kwargs):
+        asked["volume"] = kwargs
+        return volume(*args, **kwargs)
+
+    def app_function(self, *args, **kwargs):
+        asked["function"] = kwargs
+        return function(self, *args, **kwargs)
+
+    monkeypatch.setattr(modal.Volume, "from_name", from_name)
+    monkeypatch.setattr(modal.App, "function", app_function)
     spec = importlib.util.spec_from_file_location("modal_app", PROVIDERS / "modal_app.py")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # modal's objects are lazy: no network, no account
+    spec.loader.exec_module(module)
+    return module, asked
+
+
+def test_modal_app_builds_with_modal(monkeypatch: pytest.MonkeyPatch) -> None:
+    import modal
+
+    module, asked = load_modal_app(monkeypatch)
     assert module.app.name == "trainbox"
     assert IMAGE.match(module.IMAGE)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        function = module.app.registered_functions["train"]
-    assert function._spec_.gpus == "H100"
+    options = asked["function"]
+    assert options["gpu"] == "H100"
     assert module.TIMEOUT <= 24 * 60 * 60  # Modal's documented maximum
     assert int(module.SETTINGS["MAX_RUNTIME"]) + int(module.SETTINGS["STOP_GRACE"]) < module.TIMEOUT
+    # Modal's SIGKILL comes 30 s after its SIGINT: the final upload and the commit fit before.
+    assert int(module.SETTINGS["STOP_GRACE"]) + 10 <= module.GRACE == 30
+    assert asked["volume"]["version"] == 2  # no 500,000-inode limit
+    # A run longer than Modal's timeout goes on in a fresh container (long-training example).
+    assert isinstance(options["retries"], modal.Retries) and options["single_use_containers"]
     assert set(module.SETTINGS) <= KNOWN
     config.load(module.SETTINGS)
     # The command the docstring and the README give, as Modal's own CLI reads it: --detach,
@@ -218,6 +200,60 @@ def test_modal_app_builds_with_modal() -> None:
     line = re.search(r"modal run [^`\n]*", module.__doc__)[0]
     assert line in (REPO / "README.md").read_text()
     assert run.make_context("modal run", shlex.split(line)[2:]).params["detach"]
+
+
+MODAL_FUNCTION = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("modal_app", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+module.workspace.commit = lambda: None  # no Modal account: the volume is a folder here
+module.train.local()  # Modal's own way to call the function in this process
+"""
+
+
+def test_modals_stop_reaches_trainbox_as_sigterm_with_time_for_the_final_upload(
+    hub, tmp_path
+) -> None:
+    """The template's function, called as Modal calls it, with the real trainbox training the
+    demo: Modal's stop (SIGINT to the function's process, SIGKILL 30 s later, as
+    modal/exception.py simulates a preemption) ends in trainbox's final upload and the
+    function's KeyboardInterrupt (no result, so Modal runs a preempted input again)."""
+    import signal
+    import time
+
+    from tests.hub import GOOD_TOKEN
+
+    module_settings = re.search(r'"STOP_GRACE": "(\d+)"', (PROVIDERS / "modal_app.py").read_text())
+    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
+           "WORKSPACE": str(tmp_path), "DEVICE": "cpu", "EPOCHS": "50", "MONITOR": "false",
+           "HF_ENDPOINT": hub.url, "HF_TOKEN": GOOD_TOKEN, "OUTPUT_REPO": "org/weights",
+           "UPLOAD_INTERVAL": "1", "DATA": "", "DATASET_REPO": "", "TRAINBOX_CONFIG": "",
+           "STOP_GRACE": module_settings[1]}  # fmt: skip
+    command = [sys.executable, "-c", MODAL_FUNCTION, str(PROVIDERS / "modal_app.py")]
+    # trainbox's programs log to stdout, the job to stderr: one stream, as in Modal's logs.
+    function = subprocess.Popen(command, env=env, cwd=REPO, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        # Stopped once an epoch is on the Hub: training is under way.
+        while "run/last.pt" not in getattr(hub.repos.get("models/org/weights"), "files", {}):
+            assert function.poll() is None and time.monotonic() < deadline, function.stdout.read()
+            time.sleep(0.5)
+        function.send_signal(signal.SIGINT)  # Modal's stop
+        try:
+            function.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            function.kill()  # Modal's SIGKILL
+            pytest.fail(
+                "the function outlived Modal's 30 s grace: " + function.stdout.read()[-3000:]
+            )
+    finally:
+        function.kill()
+    log = function.stdout.read()
+    assert "SIGTERM received: stopping training" in log, log[-3000:]
+    assert "final upload done" in log, log[-3000:]
+    assert log.rstrip().endswith("KeyboardInterrupt"), log[-3000:]
 
 
 def test_beam_app_builds_with_beam(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
@@ -283,18 +319,10 @@ def test_every_template_runs_the_same_image() -> None:
     assert yaml.safe_load((PROVIDERS / "skypilot.yaml").read_text())["name"] == "trainbox"
 
 
-def test_skypilot_two_node_task_resolves_each_node(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sky
-    from sky.clouds import CloudImplementationFeatures as Feature
-
-    spec = yaml.safe_load((PROVIDERS / "skypilot-multinode.yaml").read_text())
-    launch = _sky_launch("skypilot-multinode.yaml", "launch", monkeypatch=monkeypatch)
-    _sky_token_and_teardown(spec, launch)
-    task = sky.Task.from_yaml_config(spec, env_overrides=list(launch["env"]))
-    assert task.num_nodes == 2 and "trainbox run" in task.run
-    assert _sky_clouds(task, Feature.AUTODOWN, Feature.MULTI_NODE) <= SKY_CLOUDS
-    settings = {k: v for k, v in task.envs.items() if k != "HF_TOKEN"}
-    assert set(settings) <= KNOWN
+def test_skypilot_two_node_task_resolves_each_node() -> None:
+    found = sky_check("skypilot-multinode.yaml", "launch")  # MULTI_NODE checked there too
+    settings = _sky_task(found)
+    assert found["num_nodes"] == 2
     # What SkyPilot sets on the second node.
     node = config.load({**settings, "SKYPILOT_NODE_RANK": "1", "SKYPILOT_NUM_NODES": "2",
                         "SKYPILOT_NODE_IPS": "10.0.0.7\n10.0.0.8",

@@ -40,13 +40,16 @@ RUN apt-get update \
 
 # Everything the image needs lives under /opt/trainbox, never under /workspace:
 # a volume mounted there would hide it. The Hugging Face cache lives on the volume.
+# The venv is made by python3.11 by name: its bin/python3 then links to /usr/bin/python3.11,
+# not /usr/bin/python3, which a platform's build may point at an interpreter of its own (Beam
+# installs one for its runner: tests/beam), so the venv and its pins stay this image's.
 ENV VIRTUAL_ENV=/opt/trainbox/venv \
     PATH=/opt/trainbox/venv/bin:$PATH \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONUNBUFFERED=1 \
     HF_HOME=/workspace/.cache/huggingface
-RUN python3 -m venv "$VIRTUAL_ENV"
+RUN /usr/bin/python3.11 -m venv "$VIRTUAL_ENV"
 
 # 1. torch: the CUDA-matched part, installed in a stage of its own. What it installs is
 #    frozen into a constraints file that every later pip call obeys, so nothing can swap

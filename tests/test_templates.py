@@ -16,6 +16,7 @@ import yaml
 from entrypoint import __version__, config
 from entrypoint.gpu import FLAVOURS
 from tests.conftest import REPO
+from tests.providers import vastai_query as vast_query
 
 PROVIDERS = REPO / "configs" / "providers"
 IMAGE = re.compile(rf"^ghcr\.io/[A-Za-z0-9_.-]+/trainbox:{re.escape(__version__)}-cu1[0-9]{{2}}$")
@@ -54,8 +55,17 @@ def test_vastai_template_keeps_the_images_entrypoint_and_its_cuda(name: str) -> 
     assert [flags[i + 1] for i, f in enumerate(flags) if f == "-p"] == ["22:22"]
     assert settings["MONITOR_HOST"] == "127.0.0.1"
     config.load(settings)  # the settings are valid
-    # The host filters (driver and card) are checked against the README's table below.
-    assert set(spec["extra_filters"]) == {"cuda_max_good", "compute_cap"}
+    # The host filters (driver and card) are checked against the README's table below; the
+    # architecture here: vast.ai rents arm64 hosts (GH200) that pass the card's filter, and the
+    # image is amd64. Each filter is one vast.ai's own search builds (`vastai search offers`).
+    assert set(spec["extra_filters"]) == {"cuda_max_good", "compute_cap", "cpu_arch"}
+    assert set(spec["extra_filters"]) <= vast_query.offers_fields
+    assert (
+        spec["extra_filters"]["cpu_arch"]
+        == vast_query.parse_query(
+            "cpu_arch=amd64", {}, vast_query.offers_fields, vast_query.offers_alias
+        )["cpu_arch"]
+    )
     assert isinstance(spec["recommended_disk_space"], int)
 
 
@@ -289,6 +299,9 @@ def test_beam_app_builds_with_beam(monkeypatch: pytest.MonkeyPatch, tmp_path) ->
     timeout = function.task_policy.timeout  # Beam's default would be one hour
     assert int(settings["MAX_RUNTIME"]) + int(settings["STOP_GRACE"]) < timeout
     assert function.headless  # it goes on when the laptop that started it disconnects
+    # Beam's runner on an interpreter of its own: the image's venv keeps its pins (test_beam).
+    assert str(function.image.python_version) == "python3.12"
+    assert int(settings["STOP_GRACE"]) + 5 <= 30  # beta9's worker.terminationGracePeriod
     config.load(settings)
 
 

@@ -14,9 +14,23 @@ Sources (read 2026-11-30): docs.beam.cloud, v2/reference/py-sdk, v2/environment/
 v2/topics/timeouts-and-retries, v2/environment/custom-registries (Debian-based x86 images);
 beam-cloud/beta9 (0b79dfe), sdk/src/beta9/abstractions/function.py (timeout, retries, headless).
 Run it from this folder: Beam uploads the working directory to the container.
+
+What Beam does to the image (beam-cloud/beta9 0b79dfe, read 2026-12-02):
+- Its build installs a Python for its runner and pip-installs the runner's pins into it
+  (pkg/abstractions/image/builder.go, base_requirements.txt: rich 13.7.0, pydantic 2.5.3, ...).
+  Asked for "python3" (the default), it would take the image's venv, or repoint the venv's
+  /usr/bin/python3 at a 3.10; ``python_version="python3.12"`` gives the runner an interpreter
+  of its own under /usr/local, and the image's venv (made by python3.11 by name) stays as
+  pinned (tests/container/test_beam.py applies Beam's step to the image).
+- A stop (`beam task stop`) or the timeout: the runner sends itself SIGTERM, whose handler
+  ends it at once (sdk/src/beta9/runner/function.py), and as PID 1 it takes trainbox with it.
+  ``train`` runs in the runner's main thread, so it takes SIGTERM over: trainbox gets it and
+  its final upload (STOP_GRACE, within beta9's 30 s termination grace), then the runner's own
+  handler ends the task as before.
 """
 
 import os
+import signal
 import subprocess
 
 from beam import Image, Volume, function
@@ -27,16 +41,17 @@ SETTINGS = {
     "DATASET_REPO": "my-org/my-dataset",
     "OUTPUT_REPO": "my-org/my-run",
     "EPOCHS": "100",
-    "STOP_GRACE": "110",
+    "STOP_GRACE": "25",  # within beta9's 30 s worker.terminationGracePeriod
     "MAX_RUNTIME": str(TIMEOUT - 300),  # the grace and the shutdown fit before Beam's end
 }
+RUNNER_ONLY = ("BETA9_TOKEN",)  # the runner's workspace token: nothing trainbox needs
 
 workspace = Volume(name="trainbox-workspace", mount_path="/workspace")
 
 
 @function(
     name="trainbox",
-    image=Image(base_image=IMAGE),
+    image=Image(base_image=IMAGE, python_version="python3.12"),
     gpu="H100",
     cpu=8,
     memory="64Gi",
@@ -48,8 +63,22 @@ workspace = Volume(name="trainbox-workspace", mount_path="/workspace")
     headless=True,
 )
 def train() -> int:
-    """The container's job; the volume is shared storage, nothing to commit."""
-    return subprocess.run(["trainbox", "run"], env=os.environ, check=False).returncode
+    """trainbox, handed the runner's stop signal; the volume is shared storage."""
+    env = {k: v for k, v in os.environ.items() if k not in RUNNER_ONLY}
+    child = subprocess.Popen(["trainbox", "run"], env=env, start_new_session=True)
+    runners = signal.getsignal(signal.SIGTERM)
+
+    def stop(signum: int, frame: object) -> None:
+        child.send_signal(signal.SIGTERM)
+        child.wait()  # its final upload, bounded by STOP_GRACE
+        if callable(runners):
+            runners(signum, frame)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        return child.wait()
+    finally:
+        signal.signal(signal.SIGTERM, runners)
 
 
 if __name__ == "__main__":

@@ -120,6 +120,11 @@ def check_pod(pod: dict[str, Any], container: dict[str, Any], image: str) -> Non
         assert rules.pop(CARD_LABEL) == {
             "key": CARD_LABEL, "operator": "Lt", "values": [str(NO_KERNELS[cuda])]
         }  # fmt: skip
+    # The image is amd64 only; GH200 nodes (arm64) would pass the card's rule. The node label
+    # is the kubelet's own (kubernetes.io/docs, reference/labels-annotations-taints).
+    assert rules.pop("kubernetes.io/arch") == {
+        "key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]
+    }  # fmt: skip
     assert rules == {}
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}

@@ -82,3 +82,31 @@ def test_compose_up_trains_the_demo(image: str) -> None:
         assert project not in docker("network", "ls", "--format", "{{.Name}}").stdout
     finally:
         compose("-p", project, *HOSTNET, "down", "--volumes", image=image)
+
+
+def test_env_example_means_the_same_to_docker_run_and_to_compose(engine: None, tmp_path) -> None:
+    """Every line of .env.example, uncommented, as `docker run --env-file` (the docker CLI's
+    own parser, through `docker create`) and compose's env_file read it: the same values, so
+    configs/providers/docker-run.sh and compose.yaml get the same settings."""
+    import re
+
+    lines = [line[2:] for line in (REPO / ".env.example").read_text().splitlines()
+             if re.match(r"# [A-Z_]+=", line)]  # fmt: skip
+    (tmp_path / ".env").write_text("\n".join(lines) + "\n")
+    (tmp_path / "compose.yaml").write_text(
+        "services:\n  x:\n    image: debian:bookworm-slim\n    env_file: .env\n"
+    )
+    compose_file = str(tmp_path / "compose.yaml")
+    command = [*compose_command(), "-f", compose_file, "config", "--format", "json"]
+    read = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path)
+    assert read.returncode == 0, read.stderr
+    by_compose = json.loads(read.stdout)["services"]["x"]["environment"]
+    created = docker("create", "--env-file", str(tmp_path / ".env"), "debian:bookworm-slim")
+    assert created.returncode == 0, created.stderr
+    try:
+        env = docker("inspect", "--format", "{{json .Config.Env}}", created.stdout.strip())
+    finally:
+        docker("rm", created.stdout.strip())
+    by_docker = dict(item.split("=", 1) for item in json.loads(env.stdout))
+    names = [line.split("=", 1)[0] for line in lines]
+    assert {k: by_docker[k] for k in names} == {k: by_compose[k] or "" for k in names}

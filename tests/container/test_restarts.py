@@ -99,7 +99,8 @@ def start(
         logs = machine.logs()
     finally:
         machine.remove()
-    report.append(f"{kind} {case}: {machine.starts} start(s), {machine.billed:.1f} s")
+    left = "" if machine.stopped.is_set() else ", then left running or exited, not stopped"
+    report.append(f"{kind} {case}: {machine.starts} start(s), {machine.billed:.1f} s{left}")
     return machine, logs
 
 

@@ -1,7 +1,7 @@
 """The end of a start: record how it ended, then make sure nothing bills after it.
 
-A platform decides what an exited container costs. RunPod starts it again (runpod/runpodctl
-#149, dstackai/dstack#1142), so a finished run, or one that fails the same way each time
+A platform decides what an exited container costs. RunPod starts it again (dstackai/dstack
+#1142), so a finished run, or one that fails the same way each time
 (exit 6 of a cu126 image on a Blackwell card), loops and bills until someone notices; vast.ai
 keeps the instance, billed, as ``exited``. So on those two machines every start that ends for
 good asks the provider to stop the machine (ON_EXIT, default ``auto``: stop there), early
@@ -9,7 +9,8 @@ failures included, and waits for the platform to stop it instead of exiting into
 
 Which ends are for good (``final``): a completed run and a time limit; a failure no restart
 can mend (settings, the dataset, the disk, the GPU check); any other failure once it repeats
-(the same code as the start before, or the third failed start in a row). A stop signal is
+(the same code as the start before, or the third failed start in a row). On vast.ai every end
+is: nothing starts the container again by itself. A stop signal is
 never acted on: whoever sent it is stopping the machine. At most stop after a failure, never
 destroy; and where the run has published weights and an OUTPUT_REPO, only once the Hub holds
 them (``upload.verify``): a stop keeps the volume, but the weights are taken off first.
@@ -121,7 +122,7 @@ def settle(
         if final(code, before):
             log.warning("ON_EXIT=none: %s %s: %s", found.provider, found.exited, found.stop_hint)
         return code
-    if not final(code, before):
+    if found.restarts and not final(code, before):  # else no next start comes by itself
         log.info("exit %d: %s %s; the next start may mend it, the same exit again stops it",
                  code, found.provider, found.exited)  # fmt: skip
         return code

@@ -35,6 +35,7 @@ class Machine:
     id: str
     key: str  # the machine's own API key; empty: none given, so nothing can be asked
     exited: str  # what the provider does with a container that exits, for the log
+    restarts: bool  # whether it starts an exited container again by itself
 
     @property
     def stop_hint(self) -> str:
@@ -55,15 +56,17 @@ def machine(environ: Mapping[str, str] = os.environ) -> Machine | None:
             environ["CONTAINER_ID"],
             environ.get("CONTAINER_API_KEY", ""),
             "keeps an exited container's instance, billed, until it is stopped",
+            restarts=False,
         )
     if environ.get("RUNPOD_POD_ID"):
-        # runpod/runpodctl#149 ("pods restart after the ENTRYPOINT command has ended") and
-        # dstackai/dstack#1142 (RunPod "infinitely restarts the pod"), read 2026-12-02.
+        # dstackai/dstack#1142 (RunPod "infinitely restarts the pod"; RunPod's own docs say
+        # nothing of an exit and advise an idle `sleep infinity`), read 2026-12-02.
         return Machine(
             "RunPod",
             environ["RUNPOD_POD_ID"],
             environ.get("RUNPOD_API_KEY", ""),
             "starts a container that exits again, and bills meanwhile",
+            restarts=True,
         )
     return None
 

@@ -67,6 +67,7 @@ def run(
 
 VAST = {"CONTAINER_ID": "4242", "CONTAINER_API_KEY": "vast-key-123"}
 RUNPOD = {"RUNPOD_POD_ID": "pod7", "RUNPOD_API_KEY": "rp-key-456"}
+STOP_VAST = ("PUT", "/api/v0/instances/4242/", "Bearer vast-key-123", {"state": "stopped"})
 
 
 @pytest.fixture(scope="module")
@@ -277,3 +278,25 @@ def test_a_completed_run_without_a_key_waits_instead_of_looping(
     assert provider.requests == []
     assert "RunPod gave this container no API key" in result.stderr
     assert "runpodctl stop pod pod7" in result.stderr
+
+
+def test_a_failure_a_restart_may_mend_stops_on_vast_at_once_and_on_runpod_when_it_repeats(
+    provider: Provider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Exit 5 (the Hub out of reach): RunPod starts the container again, which may mend it, so
+    only the second exit 5 in a row stops the pod; vast.ai starts nothing again by itself, so
+    the first one stops the instance (the volume stays)."""
+    from entrypoint import config, ending
+
+    monkeypatch.setattr(ending, "PLATFORM_STOP_WAIT", 0.1)  # this process is not stopped
+    machines = {"vast": tmp_path / "vast", "runpod": tmp_path / "runpod"}
+    vast = config.load({"VAST_API_URL": provider.url, "WORKSPACE": str(machines["vast"])})
+    assert ending.settle(vast, ExitCode.HUB, VAST) == ExitCode.HUB
+    assert provider.requests == [STOP_VAST]
+    provider.requests.clear()
+    pod = config.load({"RUNPOD_API_URL": provider.url, "WORKSPACE": str(machines["runpod"])})
+    assert ending.settle(pod, ExitCode.HUB, RUNPOD) == ExitCode.HUB
+    assert provider.requests == []  # the next start may mend it
+    assert ending.settle(pod, ExitCode.HUB, RUNPOD) == ExitCode.HUB
+    assert provider.requests == [("POST", "/v2/pods/pod7/action", "Bearer rp-key-456",
+                                  {"action": "stop"})]  # fmt: skip

@@ -57,8 +57,9 @@ def history(workspace: Path) -> list[dict[str, Any]]:
         starts = json.loads(starts_path(workspace).read_text())
     except (OSError, ValueError):
         return []
-    return [s for s in starts if isinstance(s, dict) and isinstance(s.get("code"), int)] \
-        if isinstance(starts, list) else []  # fmt: skip
+    if not isinstance(starts, list):
+        return []
+    return [s for s in starts if isinstance(s, dict) and isinstance(s.get("code"), int)]
 
 
 def remember(workspace: Path, code: int) -> list[dict[str, Any]]:
@@ -163,7 +164,7 @@ def _weights_safe(cfg: Config, loaded: bool) -> bool:
     if not loaded or not cfg.output_repo:
         return True  # a stop keeps the volume; nothing would be uploaded anyway
     if not publish.read_index(cfg.run_dir).get("files"):
-        return True  # nothing published: this start trained nothing to lose
+        return True  # nothing published yet: no weights to lose
     return upload.verify(cfg)
 
 

@@ -113,15 +113,16 @@ def settle(
     ``loaded``: ``cfg`` is the run's own (not the fallback of a refused configuration)."""
     if cfg.node_rank != 0:  # node 0 speaks for the job
         return code
-    found, how = provider.machine(environ), provider.action(cfg, environ)
+    found = provider.machine(environ)
     if found is None:  # a platform of its own restart policy (compose, Kubernetes): as is
         return code
     before = remember(cfg.workspace, code)
     if code == ExitCode.INTERRUPTED:
         return code
+    how = provider.action(cfg, found)
     if how == "none":
         if final(code, before):
-            log.warning("ON_EXIT=none: %s %s: %s", found.provider, found.exited, found.stop_hint)
+            log.warning(found.left_running)
         return code
     if found.restarts and not final(code, before):  # else no next start comes by itself
         log.info("exit %d: %s %s; the next start may mend it, the same exit again stops it",

@@ -38,6 +38,11 @@ class Machine:
     restarts: bool  # whether it starts an exited container again by itself
 
     @property
+    def left_running(self) -> str:
+        """What ON_EXIT=none leaves to the user here."""
+        return f"ON_EXIT=none: {self.provider} {self.exited}: {self.stop_hint}"
+
+    @property
     def stop_hint(self) -> str:
         if self.provider == "RunPod":
             return f"stop the pod yourself (`runpodctl stop pod {self.id}`, or the console)"
@@ -71,11 +76,12 @@ def machine(environ: Mapping[str, str] = os.environ) -> Machine | None:
     return None
 
 
-def action(cfg: Config, environ: Mapping[str, str] = os.environ) -> str:
-    """ON_EXIT resolved: ``auto`` is ``stop`` on a vast.ai instance or RunPod pod, else none."""
+def action(cfg: Config, found: Machine | None) -> str:
+    """ON_EXIT resolved on ``found`` (this machine): ``auto`` is ``stop`` on a vast.ai instance
+    or RunPod pod, else none."""
     if cfg.on_exit != "auto":
         return cfg.on_exit
-    return "stop" if machine(environ) else "none"
+    return "stop" if found else "none"
 
 
 @dataclass(frozen=True)
@@ -111,10 +117,11 @@ def request(found: Machine, how: str, vast_api_url: str, runpod_api_url: str) ->
 def check(cfg: Config, environ: Mapping[str, str] = os.environ) -> None:
     """At start: an ON_EXIT that was asked for must be able to act; destroy only ever after
     an upload (a stop keeps the volume, and the weights on it)."""
-    how, found = action(cfg, environ), machine(environ)
+    found = machine(environ)
+    how = action(cfg, found)
     if how == "none":
         if found and cfg.on_exit == "none":
-            log.warning("ON_EXIT=none: %s %s: %s", found.provider, found.exited, found.stop_hint)
+            log.warning(found.left_running)
         return
     if how == "destroy" and not cfg.output_repo:
         raise TrainboxError(

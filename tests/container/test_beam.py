@@ -32,7 +32,7 @@ pytestmark = pytest.mark.container
 BEAM = REPO / "tests" / "beam"
 STANDALONE = {"PythonVersion": "3.12.7", "Architecture": "x86_64", "Vendor": "unknown",
               "OS": "linux"}  # fmt: skip
-STAND_IN = Path("/root/.pyenv/versions").glob("3.12.*")
+STAND_INS = Path("/root/.pyenv/versions")  # this machine kind's CPython builds
 LEFT_OUT = ("test", "idlelib", "tkinter", "turtledemo", "__pycache__")
 
 
@@ -50,7 +50,7 @@ def beam_step() -> str:
 
 def pack_stand_in(target: Path) -> None:
     """This machine's CPython 3.12 as a python-build-standalone install_only tarball."""
-    prefix = next(iter(sorted(STAND_IN)), None)
+    prefix = next(iter(sorted(STAND_INS.glob("3.12.*"))), None)
     if prefix is None:
         pytest.fail("no CPython 3.12 under /root/.pyenv/versions to stand in for Beam's")
 
@@ -71,7 +71,6 @@ def pack_stand_in(target: Path) -> None:
 def beam_image(image: str, build_args: list[str], tmp_path_factory) -> Iterator[str]:
     context = tmp_path_factory.mktemp("beam")
     pack_stand_in(context / "standalone.tgz")
-    (context / "base_requirements.txt").write_text((BEAM / "base_requirements.txt").read_text())
     pins = " ".join(f'"{line}"' for line in (BEAM / "base_requirements.txt").read_text().split())
     (context / "Dockerfile").write_text(f"""FROM {image}
 ARG PIP_FIND_LINKS

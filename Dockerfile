@@ -10,14 +10,14 @@ ARG TORCH_VERSION=2.14.1
 ARG TORCHVISION_VERSION=0.29.1
 # The CUDA build torch must report (torch.version.cuda), or "cpu". It must match the index.
 # The default, CUDA 12.6, runs on the most rented hosts (any driver >= 525, every card but
-# Blackwell: README, "Which image for which machine"). An empty TORCH_INDEX_URL takes torch
-# from the same source as everything else: PyPI's 2.14.1 is the CUDA 13.0 build (Blackwell).
+# Blackwell: docs/platforms.md, "Which image for which machine"). An empty TORCH_INDEX_URL
+# takes torch from the same source as everything else: PyPI's 2.14.1 is the CUDA 13.0 build (Blackwell).
 ARG TORCH_CUDA=12.6
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126
 
 # System packages: Python 3.11, tini as PID 1 (reaps zombies, forwards signals), and sshd,
-# which runs only when a public key is given (entrypoint/ssh.py). Its package makes host keys
-# at install: they are removed, or every container of this image would share them; each box
+# which runs only when a public key is given (entrypoint/runtime/ssh.py). Its package makes
+# host keys at install: they are removed, or every container of this image would share them; each box
 # makes its own at first start, on its volume. No libgl1: OpenCV's headless build (below)
 # needs no GUI libraries, and libgl1 alone brought ~200 MB (LLVM, Mesa, Z3).
 # SkyPilot's docker initialization replaces the entrypoint with bash, apt-installs rsync curl

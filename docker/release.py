@@ -3,7 +3,7 @@
 
     python docker/release.py --registry ghcr.io/OWNER [--push] [--dry-run] [--flavour cu126]
 
-Each flavour (entrypoint/gpu.py FLAVOURS: torch 2.14 is built for CUDA 12.6, 13.0 and 13.2;
+Each flavour (entrypoint/preflight/gpu.py FLAVOURS: torch 2.14 is built for CUDA 12.6, 13.0, 13.2;
 there is no 12.8 build) comes from PyTorch's own index for it, but cu130, which is PyPI's own
 build, and is tagged REGISTRY/trainbox:VERSION-cuXXX; the Dockerfile's default flavour (CUDA
 12.6, which runs on the most hosts) also gets VERSION and latest. The Dockerfile's labels
@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from entrypoint import __version__  # noqa: E402
-from entrypoint.gpu import FLAVOURS  # noqa: E402
+from entrypoint.preflight.gpu import FLAVOURS  # noqa: E402
 
 INDEX = "https://download.pytorch.org/whl/{name}"
 PYPI = "cu130"  # PyPI's torch 2.14.1 is the CUDA 13.0 build: the same torch, from PyPI

@@ -9,10 +9,10 @@ import sys
 
 def main() -> None:
     if sys.argv[1:2] == ["status"]:
-        from .status import main as status
+        from entrypoint.state.view import main as status
 
         sys.exit(status(sys.argv[2:]))
-    from .cli import main as cli
+    from entrypoint.cli import main as cli
 
     cli()
 

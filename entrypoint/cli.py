@@ -6,14 +6,18 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 # Each command imports the modules it uses: the supervised programs start side by side with
 # training, and the Hub client alone took 0.13 s of each one's start (python -X importtime).
-from . import __version__, config, plan
-from .atomic import write_atomic
-from .errors import ExitCode, TrainboxError
+from entrypoint import __version__, plan
+from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.settings import config
+
+if TYPE_CHECKING:
+    from entrypoint.state.prepared import Prepared
 
 log = logging.getLogger("trainbox")
 
@@ -27,7 +31,7 @@ def cli() -> None:
 @cli.command()
 def run() -> int:
     """The container's job: check the settings, stage the dataset, train under supervisord."""
-    from . import ending, job
+    from entrypoint.runtime import ending, job
 
     try:
         cfg = config.load()
@@ -40,19 +44,31 @@ def run() -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
 def check(as_json: bool) -> None:
     """Prove this machine can train: driver, a real kernel on every GPU, shm, disk."""
-    from . import preflight
+    from entrypoint.preflight import check as preflight
 
     result = preflight.run(config.load())
     if as_json:
         click.echo(json.dumps(result, indent=2))
 
 
+def _supervised() -> "tuple[config.Config, Prepared | None]":
+    """A program's settings when ``trainbox run`` started it: the job's (in the runtime folder
+    TRAINBOX_RUNTIME names), read, not built again, with what it prepared once it has; the
+    config, for a program run by hand."""
+    from entrypoint.state import prepared, store
+
+    if chosen := prepared.settings():
+        store.for_node(chosen.node_rank)
+        return chosen, prepared.read()
+    return config.load(), None
+
+
 @cli.command()
 def train() -> int:
     """The supervised ``train`` program (started by ``trainbox run``)."""
-    from . import train as training
+    from entrypoint.training import program as training
 
-    return training.main(config.load())
+    return training.main(*_supervised())
 
 
 @cli.group()
@@ -69,7 +85,7 @@ class Size(click.ParamType):
     name = "size"
 
     def convert(self, value: object, param: object, ctx: object) -> int:
-        from .shards import parse_size
+        from entrypoint.dataset.shards import parse_size
 
         try:
             return parse_size(str(value))
@@ -101,9 +117,9 @@ def pack(
     uploaded and deleted one at a time under TMPDIR, one commit each; run it again after a cut
     and the shards already on the Hub are not uploaded again.
     """
-    from . import dataset
+    from entrypoint.dataset import pack as packing
 
-    name = dataset.pack(folder, repo, name=name, shard_size=shard_size, private=private,
+    name = packing.pack(folder, repo, name=name, shard_size=shard_size, private=private,
                         check=not no_doctor, wait=config.load().hub_wait)  # fmt: skip
     click.echo(f"DATASET_REPO={repo}\nDATASET_FILE={name}")
 
@@ -111,26 +127,20 @@ def pack(
 @dataset_group.command("stage")
 def stage_dataset() -> None:
     """Stage the configured dataset on the volume without training, and print its data.yaml."""
-    from . import dataset
+    from entrypoint.dataset import stage as dataset
 
     click.echo(dataset.stage(config.load()))
 
 
-@cli.command("upload")
-@click.option(
-    "--result",
-    type=click.Path(path_type=Path),
-    required=True,
-    help="Where to write the final upload's exit code.",
-)
-@click.option("--stop-file", type=click.Path(path_type=Path), default=None,
-              help="Where `trainbox run` writes when the stop signal came.")  # fmt: skip
-def upload_command(result: Path, stop_file: Path | None) -> int:
-    """The supervised uploader (started by ``trainbox run`` when OUTPUT_REPO is set)."""
-    from . import upload
+@cli.command("upload", hidden=True)
+def upload_command() -> int:
+    """The supervised uploader (internal; started by ``trainbox run`` when OUTPUT_REPO is set)."""
+    from entrypoint.state import store
+    from entrypoint.upload import uploader as upload
 
-    code = upload.main(config.load(), stop_file)
-    write_atomic(result, f"{int(code)}\n")
+    cfg, _ = _supervised()
+    code = upload.main(cfg, store.runtime())
+    store.write_code(store.runtime(), "upload", code)
     return code
 
 
@@ -165,7 +175,7 @@ def plan_disk(
     """The GB to allocate: the dataset's size from the Hub (the tar's, or the shards' from
     their index; nothing else downloaded), the checkpoints the run keeps, and a 30% margin,
     with the arithmetic shown."""
-    from . import shards
+    from entrypoint.dataset import shards
 
     cfg = config.load({**os.environ, "DATASET_REPO": dataset_repo})
     source = shards.resolve(dataset_repo, name, revision)
@@ -212,9 +222,9 @@ def plan_stop(
 @click.pass_context
 def status(ctx: click.Context) -> int:
     """The container's state: phase, epoch, ETA, uploads, health (--json, --watch, --health)."""
-    from . import status as state  # the fast path in __main__ answers before click loads
+    from entrypoint.state import view  # the fast path in __main__ answers before click loads
 
-    return state.main(ctx.args)
+    return view.main(ctx.args)
 
 
 @cli.command("config")
@@ -222,7 +232,7 @@ def show_config() -> None:
     """Print the settings this container would run with, after every override, and the
     LibreYOLO training options its run gets (LibreYOLO's defaults for MODEL's family, then
     the YAML's train: mapping, then TRAIN_ARGS)."""
-    from . import options
+    from entrypoint.settings import options
 
     cfg = config.load()
     for key in config.ENV_KEYS:
@@ -237,18 +247,19 @@ def show_config() -> None:
 @click.argument("procs", type=int)
 def launch(procs: int) -> int:
     """The supervised train program under torchrun (internal)."""
-    from . import distributed
+    from entrypoint.state import store
+    from entrypoint.training import distributed
 
-    return distributed.launch(config.load(), procs, Path(os.environ["TRAINBOX_RUNTIME"]))
+    return distributed.launch(_supervised()[0], procs, store.runtime())
 
 
 @cli.command("watchdog", hidden=True)
-@click.option("--result", type=click.Path(path_type=Path), required=True)
-def watchdog_command(result: Path) -> int:
+def watchdog_command() -> int:
     """The supervised watchdog (internal): MAX_RUNTIME, STALL_TIMEOUT, status refresh."""
-    from . import watchdog
+    from entrypoint.runtime import watchdog
+    from entrypoint.state import store
 
-    return watchdog.program(config.load(), result)
+    return watchdog.program(_supervised()[0], store.runtime())
 
 
 @cli.command("monitor", hidden=True)
@@ -260,9 +271,9 @@ def monitor() -> None:
     the folder exists before training writes them: supervisord restarted it in a loop, with an
     "exited: monitor (exit status 3; not expected)" line each time.
     """
-    from . import publish
+    from entrypoint.training import publish
 
-    cfg = config.load()
+    cfg, _ = _supervised()
     while not any((cfg.run_dir / marker).is_file() for marker in publish.MONITOR_MARKERS):
         time.sleep(2)
     libreyolo = str(Path(sys.executable).with_name("libreyolo"))
@@ -271,12 +282,12 @@ def monitor() -> None:
 
 
 @cli.command("supervise-listener", hidden=True)
-@click.argument("status_file", type=click.Path(path_type=Path))
-def supervise_listener(status_file: Path) -> None:
+def supervise_listener() -> None:
     """supervisord event listener (internal)."""
-    from . import supervise
+    from entrypoint.runtime import supervise
+    from entrypoint.state import store
 
-    supervise.listen(status_file)
+    supervise.listen(store.runtime())
 
 
 def setup_logging() -> None:

@@ -4,7 +4,7 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """The container's exit codes; the README's table lists the same."""
+    """The container's exit codes (docs/exit-codes.md, generated from ``MEANINGS``)."""
 
     OK = 0
     TRAINING_FAILED = 1
@@ -19,6 +19,92 @@ class ExitCode(IntEnum):
     NODE_LOST = 10
     VOLUME_IN_USE = 11
     INTERRUPTED = 130
+
+
+# What each code means, and what to do: docs/exit-codes.md is generated from this.
+MEANINGS: dict[ExitCode, tuple[str, str]] = {
+    ExitCode.OK: (
+        "training completed (or the run had already completed)",
+        "fetch `runs/RUN_NAME/weights/`",
+    ),
+    ExitCode.TRAINING_FAILED: (
+        "training failed",
+        "read the last lines of `docker logs` and `runs/RUN_NAME/train.log`",
+    ),
+    ExitCode.CONFIG: (
+        "a setting is invalid, or a resume would continue on other data than the run's",
+        "fix the key the error line names",
+    ),
+    ExitCode.DATASET: (
+        (
+            "the dataset cannot be used: not found, no access, bad token, unsafe or broken "
+            "tar, no `data.yaml`, doctor found errors"
+        ),
+        "the error line says which; nothing already staged was touched",
+    ),
+    ExitCode.DISK: (
+        "not enough space on `/workspace` for the dataset",
+        "give the volume more space (the line gives the numbers)",
+    ),
+    ExitCode.HUB: (
+        (
+            "the Hub could not be asked (no connection, timeouts, 429, 5xx) for `HUB_WAIT` "
+            "seconds; nothing was trained or committed"
+        ),
+        "start again later; a dataset staged earlier is used without the Hub",
+    ),
+    ExitCode.PREFLIGHT: (
+        (
+            "preflight: this machine cannot train as configured (no GPU, driver older than "
+            "the build, no kernels for the card, a failing card, `/dev/shm` too small, volume"
+            " not writable)"
+        ),
+        "the error line names the fix, e.g. the image tag to use",
+    ),
+    ExitCode.UPLOAD: (
+        (
+            "`OUTPUT_REPO` cannot be written (bad or read-only token), or the final upload "
+            "failed: weights are only on the volume (also when the Hub holds a later epoch "
+            "than this volume: it is never overwritten)"
+        ),
+        (
+            "fix the token; after a failed final upload, start the container again on the "
+            "same volume to push what is left (or resume from the Hub's)"
+        ),
+    ),
+    ExitCode.TIME_LIMIT: (
+        "`MAX_RUNTIME` reached: training was stopped and the last epoch uploaded",
+        "start again with a larger `MAX_RUNTIME` (or `0`); it resumes",
+    ),
+    ExitCode.STALLED: (
+        (
+            "no progress for `STALL_TIMEOUT` seconds (a stuck download, a hung dataloader, "
+            "disk or GPU); the last epoch was uploaded"
+        ),
+        (
+            "the error line and `trainbox status` give the diagnosis; raise `STALL_TIMEOUT` "
+            "if an epoch really takes that long"
+        ),
+    ),
+    ExitCode.NODE_LOST: (
+        (
+            "a job of several machines lost a node (the line names the silent rank), or not "
+            "every node joined within `RDZV_TIMEOUT`"
+        ),
+        (
+            "start every node again, same `NNODES`, `MASTER_ADDR`, `MASTER_PORT`; it resumes "
+            "from the last uploaded epoch"
+        ),
+    ),
+    ExitCode.VOLUME_IN_USE: (
+        "another trainbox container is using this volume (the line names it)",
+        "stop that one, or give this container a volume of its own",
+    ),
+    ExitCode.INTERRUPTED: (
+        "stopped by SIGTERM or SIGINT (`docker stop`)",
+        "start it again",
+    ),
+}
 
 
 class TrainboxError(Exception):

@@ -7,7 +7,7 @@ shows them.
 
 import math
 
-from .hub import XET_LOGS, XET_SHARD_CACHE
+from entrypoint.gateways.hub import XET_LOGS, XET_SHARD_CACHE
 
 GB = 1e9
 MARGIN = 1.30
@@ -21,7 +21,7 @@ HOURS_PER_MONTH = 720
 
 def checkpoint_bytes(model: str) -> int:
     """A training checkpoint's size for ``model``, from its architecture built on the CPU."""
-    from .train import architecture
+    from entrypoint.training.program import architecture
 
     network = architecture(model)
     net = getattr(network, "model", network)

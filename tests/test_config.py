@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from entrypoint import config
 from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.settings import config
 from tests.conftest import trainbox
 
 
@@ -108,7 +108,7 @@ def test_example_config_is_valid() -> None:
         5,
         "/workspace/data/my-dataset/data.yaml",
     )
-    from entrypoint import options
+    from entrypoint.settings import options
 
     assert options.effective(cfg) == {"optimizer": "adamw", "lr0": 0.002, "patience": 30}
 

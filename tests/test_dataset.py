@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from entrypoint import archive, demo
+from entrypoint.dataset import archive, demo
 from entrypoint.errors import ExitCode
 from tests.conftest import REPO, trainbox
 from tests.hub import GOOD_TOKEN, Fault, Hub

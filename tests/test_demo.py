@@ -6,7 +6,7 @@ from pathlib import Path
 import yaml
 from PIL import Image
 
-from entrypoint import demo
+from entrypoint.dataset import demo
 
 
 def digest(folder: Path) -> dict[str, str]:

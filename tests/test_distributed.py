@@ -7,7 +7,8 @@ libreyolo puts rank N on cuda:LOCAL_RANK whatever ``device`` says (libreyolo 1.6
 
 from pathlib import Path
 
-from entrypoint import config, distributed
+from entrypoint.settings import config
+from entrypoint.training import distributed
 
 
 def env_for(tmp_path: Path, device: str, **parent: str) -> dict[str, str]:

@@ -1,15 +1,17 @@
 """EXPORT: deployable files made after training from best.pt, by LibreYOLO's own exporters;
 formats checked at start; a failed export never fails the completed training."""
 
-import json
 from pathlib import Path
 
 import onnx
 import pytest
 
-from entrypoint import config, demo, export, publish, status
+from entrypoint.dataset import demo
 from entrypoint.errors import ExitCode, TrainboxError
-from entrypoint.train import architecture
+from entrypoint.settings import config
+from entrypoint.state import status, store
+from entrypoint.training import export, publish
+from entrypoint.training.program import architecture
 
 
 def load(workspace: Path, formats: str) -> config.Config:
@@ -50,6 +52,7 @@ def test_best_pt_is_exported_published_and_a_failure_keeps_training_complete(
     )
     onnx.checker.check_model(onnx.load(cfg.run_dir / results["onnx"]))  # a loadable model
     assert results["openvino"].startswith("failed: ")
-    assert json.loads((trained / "trainbox" / "status.json").read_text())["export"] == results
+    assert store.export_report(trained) == results  # its own file: the job puts it in the status
+    assert "export" not in status.read(trained)  # the train program never writes the status
     published = publish.read_index(cfg.run_dir)["files"]
     assert {"best.onnx", "best.torchscript"} <= set(published)  # the uploader pushes them

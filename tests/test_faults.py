@@ -5,7 +5,7 @@ Each step runs in this process through the real huggingface_hub client against t
 with ``HUB_WAIT=3`` and a 1 s request timeout. A fault that outlasts the wait ends the step
 with its documented exit code (or, for an upload cycle, leaves the push to the next cycle);
 a brief one is waited out and the step goes on. Whatever happens, the epoch inside the Hub's
-``last.pt`` never decreases from one commit to the next. The README's fault table says the same.
+``last.pt`` never decreases from one commit to the next. docs/resume-and-uploads.md says the same.
 """
 
 import hashlib
@@ -20,9 +20,12 @@ import huggingface_hub
 import pytest
 import torch
 
-from entrypoint import config, dataset, publish, resume, upload
-from entrypoint import hub as gateway
+from entrypoint.dataset import stage as dataset
 from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.gateways import hub as gateway
+from entrypoint.settings import config
+from entrypoint.training import publish, resume
+from entrypoint.upload import uploader as upload
 from tests.conftest import client_at, tar_on_hub
 from tests.hub import GOOD_TOKEN, READ_TOKEN, Fault, Hub
 

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import config, gpu, preflight
 from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.preflight import check as preflight
+from entrypoint.preflight import gpu
+from entrypoint.settings import config
 
 CU130_ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
 H200 = gpu.Device("NVIDIA H200", 150_000_000_000, (9, 0))
@@ -243,7 +245,7 @@ def test_on_the_cpu_the_probe_reads_torchs_build_without_importing_it() -> None:
     import sys
 
     probe = (
-        "import json, sys\nfrom entrypoint import gpu\n"
+        "import json, sys\nfrom entrypoint.preflight import gpu\n"
         "build = gpu.TorchProbe(cpu_only=True).build()\n"
         "print(json.dumps([build, 'torch' in sys.modules]))\n"
     )

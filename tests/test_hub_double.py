@@ -20,8 +20,8 @@ from huggingface_hub import (
 )
 from huggingface_hub.errors import HfHubHTTPError
 
-from entrypoint import hub as gateway
 from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.gateways import hub as gateway
 from tests.hub import GOOD_TOKEN, READ_TOKEN, Fault, Hub, git_blob_id, upload_mode
 
 REPO = "org/w"

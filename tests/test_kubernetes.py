@@ -13,7 +13,7 @@ import jsonschema
 import yaml
 from jsonschema.exceptions import ValidationError
 
-from entrypoint import config
+from entrypoint.settings import config
 from tests.conftest import REPO
 from tests.test_templates import IMAGE, KNOWN, PROVIDERS
 

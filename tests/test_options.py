@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import config, options, resume
 from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.settings import config, options
+from entrypoint.training import resume
 from tests.conftest import trainbox
 from tests.hub import GOOD_TOKEN, Hub
 

@@ -4,7 +4,7 @@ import math
 import os
 from pathlib import Path
 
-from entrypoint import archive
+from entrypoint.dataset import archive
 from tests.conftest import trainbox
 from tests.hub import Hub
 

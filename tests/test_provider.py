@@ -202,7 +202,9 @@ def test_on_exit_that_cannot_act_stops_at_start(
 def test_after_a_failed_run_destroy_only_stops_and_train_log_is_published(
     provider: Provider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from entrypoint import config, ending, publish
+    from entrypoint.runtime import ending
+    from entrypoint.settings import config
+    from entrypoint.training import publish
 
     monkeypatch.setattr(ending, "PLATFORM_STOP_WAIT", 0.1)  # this process is not stopped
     cfg = config.load({"ON_EXIT": "destroy", "VAST_API_URL": provider.url,
@@ -246,7 +248,7 @@ def test_after_a_failed_run_destroy_only_stops_and_train_log_is_published(
     ],
 )
 def test_which_ends_a_new_start_would_repeat(code: int, before: list[int], expected: bool) -> None:
-    from entrypoint import ending
+    from entrypoint.runtime import ending
 
     assert ending.final(code, [{"at": "", "code": c} for c in before]) is expected
 
@@ -286,7 +288,8 @@ def test_a_failure_a_restart_may_mend_stops_on_vast_at_once_and_on_runpod_when_i
     """Exit 5 (the Hub out of reach): RunPod starts the container again, which may mend it, so
     only the second exit 5 in a row stops the pod; vast.ai starts nothing again by itself, so
     the first one stops the instance (the volume stays)."""
-    from entrypoint import config, ending
+    from entrypoint.runtime import ending
+    from entrypoint.settings import config
 
     monkeypatch.setattr(ending, "PLATFORM_STOP_WAIT", 0.1)  # this process is not stopped
     machines = {"vast": tmp_path / "vast", "runpod": tmp_path / "runpod"}

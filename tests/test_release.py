@@ -8,7 +8,7 @@ import sys
 import yaml
 
 from entrypoint import __version__
-from entrypoint.gpu import FLAVOURS
+from entrypoint.preflight.gpu import FLAVOURS
 from tests.conftest import REPO
 
 

@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from entrypoint import config, resume
-from entrypoint.publish import folder
+from entrypoint.settings import config
+from entrypoint.training import resume
+from entrypoint.training.publish import folder
 
 
 @pytest.fixture

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import config, ssh
 from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.runtime import ssh
+from entrypoint.settings import config
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHn5Zr0sVZ0oJ3f1ZfRkq1m1m7v0yQ8cQm9y1N0p0x2a me@laptop"
 RSA = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQC7 other@desk"

@@ -13,12 +13,14 @@ import jsonschema
 import pytest
 import yaml
 
-from entrypoint import __version__, config
-from entrypoint.gpu import FLAVOURS
+from entrypoint import __version__
+from entrypoint.preflight.gpu import FLAVOURS
+from entrypoint.settings import config
 from tests.conftest import REPO
 from tests.providers import vastai_query as vast_query
 
 PROVIDERS = REPO / "configs" / "providers"
+PLATFORMS = REPO / "docs" / "platforms.md"  # the templates, each explained
 IMAGE = re.compile(rf"^ghcr\.io/[A-Za-z0-9_.-]+/trainbox:{re.escape(__version__)}-cu1[0-9]{{2}}$")
 KNOWN = {key.upper() for key in config.KEYS} | {"HF_TOKEN", "HF_TOKEN_FILE"}
 BEAM_CLIENT = REPO / ".venv" / "beam-client"
@@ -55,7 +57,7 @@ def test_vastai_template_keeps_the_images_entrypoint_and_its_cuda(name: str) -> 
     assert [flags[i + 1] for i, f in enumerate(flags) if f == "-p"] == ["22:22"]
     assert settings["MONITOR_HOST"] == "127.0.0.1"
     config.load(settings)  # the settings are valid
-    # The host filters (driver and card) are checked against the README's table below; the
+    # The host filters (driver and card) are checked against docs/platforms.md's table; the
     # architecture here: vast.ai rents arm64 hosts (GH200) that pass the card's filter, and the
     # image is amd64. Each filter is one vast.ai's own search builds (`vastai search offers`).
     assert set(spec["extra_filters"]) == {"cuda_max_good", "compute_cap", "cpu_arch"}
@@ -91,7 +93,7 @@ def test_runpod_template_is_a_valid_v2_create_template_request(name: str) -> Non
 
 
 # SkyPilot's GPU names for cards the templates' cu126 image has no kernels for: Kepler and
-# Blackwell (entrypoint/gpu.py FLAVOURS; SkyPilot's AWS and GCP catalogs).
+# Blackwell (entrypoint/preflight/gpu.py FLAVOURS; SkyPilot's AWS and GCP catalogs).
 NO_KERNELS = {"K80", "B200", "B300", "GB200", "RTXPRO6000"}
 # The clouds whose GPU hosts run a docker image with its own entrypoint; RunPod cannot
 # (SkyPilot's docker-containers guide). Read 2026-11-30.
@@ -112,7 +114,7 @@ def sky_check(template: str, *command: str) -> dict:
                           timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout)
-    assert found["line"] in (REPO / "README.md").read_text()  # the README gives the same line
+    assert found["line"] in PLATFORMS.read_text()  # the docs give the same line
     assert found["entrypoint"] == [f"configs/providers/{template}"]
     return found
 
@@ -203,12 +205,12 @@ def test_modal_app_builds_with_modal(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(options["retries"], modal.Retries) and options["single_use_containers"]
     assert set(module.SETTINGS) <= KNOWN
     config.load(module.SETTINGS)
-    # The command the docstring and the README give, as Modal's own CLI reads it: --detach,
+    # The command the docstring and the docs give, as Modal's own CLI reads it: --detach,
     # so that a 24-hour run survives the laptop that launched it.
     from modal.cli.run import run
 
     line = re.search(r"modal run [^`\n]*", module.__doc__)[0]
-    assert line in (REPO / "README.md").read_text()
+    assert line in PLATFORMS.read_text()
     assert run.make_context("modal run", shlex.split(line)[2:]).params["detach"]
 
 
@@ -326,7 +328,7 @@ def test_every_template_runs_the_same_image() -> None:
     for name in os.listdir(PROVIDERS):
         blackwell_image = f"{__version__}-cu130" in (PROVIDERS / name).read_text()
         assert blackwell_image == ("blackwell" in name), name
-    readme = (REPO / "README.md").read_text()
+    readme = PLATFORMS.read_text()
     for template in sorted(PROVIDERS.iterdir()):
         assert f"configs/providers/{template.name}" in readme, template.name
     assert yaml.safe_load((PROVIDERS / "skypilot.yaml").read_text())["name"] == "trainbox"
@@ -349,8 +351,8 @@ def test_skypilot_two_node_task_resolves_each_node() -> None:
 
 
 def which_image() -> dict[str, tuple[tuple[int, int], int]]:
-    """The README's "Which image for which machine" table: flavour -> (CUDA, lowest driver)."""
-    readme = (REPO / "README.md").read_text()
+    """docs/platforms.md's "Which image for which machine" table: flavour -> (CUDA, driver)."""
+    readme = PLATFORMS.read_text()
     table = readme.split("### Which image for which machine", 1)[1].split("\n#", 1)[0]
     rows = re.findall(r"^\| (cu\d+)[^|]*\| [^|]*`(\d+)\.(\d+)` \| >= (\d+)", table, re.M)
     return {name: ((int(major), int(minor)), int(driver)) for name, major, minor, driver in rows}

@@ -10,7 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from entrypoint import config, publish, upload
+from entrypoint.settings import config
+from entrypoint.training import publish
+from entrypoint.upload import uploader as upload
 from tests.conftest import client_at
 from tests.hub import GOOD_TOKEN, READ_TOKEN, Fault, Hub
 
@@ -68,7 +70,7 @@ def test_one_commit_per_cycle_with_only_what_changed(hub: Hub, cfg, run: Path) -
     assert uploader.pending()[1].keys() == {"last.pt"}
     assert uploader.push() is True
     assert hub.repos["models/org/w"].files["run/last.pt"] == b"epoch 2"
-    ledger = json.loads(upload.ledger_path(cfg).read_text())
+    ledger = upload.read_ledger(cfg)
     assert ledger["files"]["run/last.pt"]["sha256"] == hashlib.sha256(b"epoch 2").hexdigest()
     assert ledger["files"]["run/last.pt"]["commit"] == hub.repos["models/org/w"].commits[-1]
 
@@ -145,7 +147,7 @@ def test_a_new_output_repo_gets_every_file_the_old_one_already_had(
     assert uploader.pending()[1].keys() == {"last.pt", "best.pt", "status.json"}
     assert uploader.push() is True
     assert hub.repos["models/org/other"].files["run/best.pt"] == b"best of epoch 1"
-    assert upload.ledger_path(cfg) != upload.ledger_path(moved)
+    assert upload.read_ledger(moved)["repo"] == "org/other"
     assert upload.Uploader(cfg).pending()[1] == {}  # the first repo's record is untouched
 
 

@@ -6,8 +6,11 @@ from pathlib import Path
 import huggingface_hub
 import pytest
 
-from entrypoint import config, job, weights
 from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.runtime import job
+from entrypoint.settings import config
+from entrypoint.state.prepared import Prepared
+from entrypoint.training import weights
 from tests.conftest import client_at, tar_on_hub
 from tests.hub import GOOD_TOKEN, Hub
 
@@ -92,7 +95,8 @@ def test_the_weights_download_while_the_dataset_stages(
                 "HF_ENDPOINT": on_hub.url}  # fmt: skip
     for name, value in settings.items():
         monkeypatch.setenv(name, value)  # the preflight's child process reads them
-    assert job._prepare(config.load()) is None
+    ready = job._prepare(config.load())
+    assert isinstance(ready, Prepared) and ready.data_yaml.is_file()  # what training reads
     [start] = [s for s in on_hub.served if s.name == "run/best.pt"]  # fetched once
     [dataset] = [s for s in on_hub.served if s.name == "shapes.tar"]
     assert start.overlaps(dataset), "the two downloads never overlapped"

@@ -33,7 +33,7 @@ import modal
 
 IMAGE = "ghcr.io/OWNER/trainbox:0.1.0-cu126"
 TIMEOUT = 24 * 60 * 60  # Modal's maximum
-TIME_LIMIT = 8  # trainbox's exit when MAX_RUNTIME ends the run (README, Exit codes)
+TIME_LIMIT = 8  # trainbox's exit when MAX_RUNTIME ends the run (docs/exit-codes.md)
 GRACE = 30  # Modal's seconds from its SIGINT to its SIGKILL
 SETTINGS = {
     "DATASET_REPO": "my-org/my-dataset",

@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from entrypoint import archive, shards
+from entrypoint.dataset import archive, shards
 from tests.hub import Hub
 
 FILE_SIZE = 512 * 1024

@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from entrypoint import status  # noqa: E402
+from entrypoint.state import status  # noqa: E402
 
 
 def median_seconds(command: list[str], runs: int, env: dict[str, str]) -> float:

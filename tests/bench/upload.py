@@ -62,7 +62,7 @@ def step_wait(megabytes: float, rounds: int, epoch_seconds: float) -> None:
     way trainbox published before) against the copy handed to a thread (``Publisher``)."""
     import torch
 
-    from entrypoint.publish import Publisher, publish
+    from entrypoint.training.publish import Publisher, publish
 
     with tempfile.TemporaryDirectory(dir=Path.home()) as scratch:  # the disk, not a tmpfs
         run = Path(scratch) / "run"
@@ -100,8 +100,8 @@ def sent_bytes(epochs: int) -> None:
         import huggingface_hub.constants  # reads HF_ENDPOINT at import
         from libreyolo import LibreYOLO9
 
-        from entrypoint import demo
-        from entrypoint import hub as gateway
+        from entrypoint.dataset import demo
+        from entrypoint.gateways import hub as gateway
 
         data, _ = demo.ensure(Path(scratch) / "demo")
         LibreYOLO9(None, size="t", device="cpu").train(

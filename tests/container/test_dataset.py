@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import archive, demo
+from entrypoint.dataset import archive, demo
 from entrypoint.errors import ExitCode
 from tests.conftest import tar_on_hub
 from tests.container.conftest import docker, in_volume, run_container

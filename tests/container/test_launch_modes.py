@@ -1,4 +1,4 @@
-"""What ``docker stop`` does to the final upload in each launch mode (README, "Stop grace,
+"""What ``docker stop`` does to the final upload in each launch mode (docs/watching.md, "Stop grace,
 per platform"), with the process trees the platforms make:
 
 - the image's entrypoint kept (vast.ai's ``args`` mode, RunPod, compose, SkyPilot, Modal):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import archive, demo
+from entrypoint.dataset import archive, demo
 from entrypoint.errors import ExitCode
 from tests.container.conftest import docker, in_volume, run_container
 from tests.hub import GOOD_TOKEN, Fault, Hub

@@ -6,7 +6,7 @@
 It needs nothing but a ``python3`` that has torch: no trainbox install, no network, no Docker.
 Three steps, each reported as one line and in the JSON written to ``--out``:
 
-1. ``preflight``: trainbox's own GPU check (``entrypoint/gpu.py`` with its real probe: the
+1. ``preflight``: trainbox's own GPU check (``entrypoint/preflight/gpu.py`` with its real probe: the
    driver through NVML and ``cuDriverGetVersion``, torch's build, a checked matmul per card).
 2. ``loop``: a small conv net trained for ``--steps`` steps under AMP (bf16 where the card has
    it, else fp16 with a gradient scaler), in steps per second; the loss must fall.
@@ -30,10 +30,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # entrypoint/gpu.py and demo.py, without installing trainbox
+sys.path.insert(
+    0, str(ROOT)
+)  # entrypoint/preflight/gpu.py and demo.py, without installing trainbox
 
-from entrypoint import gpu  # noqa: E402  (stdlib only at import)
 from entrypoint.errors import TrainboxError  # noqa: E402
+from entrypoint.preflight import gpu  # noqa: E402  (stdlib only at import)
 
 NO_GPU = "no GPU visible"  # the start of the verdict a machine without a card must get
 
@@ -144,12 +146,12 @@ def libreyolo(dry_run: bool) -> dict[str, Any]:
         return {"skipped": f"libreyolo is not importable here ({err}); step skipped"}
     from libreyolo.cli.config import detect_family_from_model_ref, get_model_class
 
-    from entrypoint import demo
+    from entrypoint.dataset import demo
 
     device = "cpu" if dry_run else "0"
     with tempfile.TemporaryDirectory(prefix="trainbox-acceptance-") as tmp:
         data_yaml, _ = demo.ensure(Path(tmp) / "demo")
-        # The same registry `trainbox train` (entrypoint/train.py) builds the model through.
+        # The registry `trainbox train` (entrypoint/training/program.py) builds the model with.
         model_cls = get_model_class(detect_family_from_model_ref("LibreYOLO9t.pt"))
         model = model_cls(None, size="t", device="cpu" if dry_run else "cuda")
         start = time.perf_counter()

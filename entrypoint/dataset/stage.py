@@ -1,0 +1,415 @@
+"""Stage the training data on the volume, once: from the Hub, a mounted data.yaml, or the demo.
+
+A Hub dataset is one tar in a dataset repo, or shards listed by an index (``shards``). Each
+tar is streamed from the Hub straight into a hidden folder beside its final place (no tar is
+stored, each sha256 is checked on the way; STAGE_PARALLEL of them at once), the whole is
+checked by ``libreyolo doctor``, then renamed into place with a marker naming the commit it
+came from. A restart with the same commit finds the marker and fetches nothing.
+"""
+
+import errno
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from entrypoint.atomic import write_atomic
+from entrypoint.dataset import archive, shards
+from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.gateways import hub
+from entrypoint.settings.config import Config
+from entrypoint.state import status, store
+
+log = logging.getLogger("trainbox")
+
+SPACE_MARGIN = 1.15  # extracted data ~ the tar's size, plus 15%; the tar itself is never stored
+
+
+def folder(cfg: Config) -> Path:
+    """Where the dataset lives on the volume."""
+    name = cfg.dataset_repo.rpartition("/")[2] if cfg.dataset_repo else "demo"
+    return cfg.workspace / "data" / name
+
+
+def read_marker(path: Path) -> dict:
+    """The completion marker of a staged Hub dataset, or {} when there is none."""
+    return store.dataset_marker(path)
+
+
+def data_yaml(cfg: Config) -> Path:
+    """The data.yaml that training reads (for a Hub dataset, once staged)."""
+    if cfg.data:
+        return Path(cfg.data)
+    if cfg.dataset_repo:
+        return folder(cfg) / read_marker(folder(cfg)).get("data_yaml", "data.yaml")
+    return folder(cfg) / "data.yaml"
+
+
+def identity(cfg: Config) -> dict:
+    """What the run trains on, for its manifest: the Hub commit and sha256, or the path."""
+    if cfg.dataset_repo:
+        marker = read_marker(folder(cfg))
+        return {key: marker.get(key) for key in ("repo", "file", "revision", "commit", "sha256")}
+    return {"data": cfg.data or "the built-in demo"}
+
+
+def stage(cfg: Config) -> Path:
+    """Make the dataset ready on the volume, once; return its data.yaml."""
+    if cfg.dataset_repo:
+        return _stage_from_hub(cfg)
+    path = data_yaml(cfg)
+    if cfg.is_demo:
+        from entrypoint.dataset import demo  # numpy and PIL load only when the demo is used
+
+        _, written = demo.ensure(path.parent)
+        log.info("demo dataset %s %s", "written to" if written else "reused from", path.parent)
+        return path
+    if not path.is_file():
+        raise TrainboxError(
+            f"DATA={cfg.data}: no such file in the container; mount the dataset "
+            "under /workspace and point DATA at its data.yaml, or unset DATA for the demo",
+            ExitCode.DATASET,
+        )
+    if cfg.doctor:
+        doctor(path)
+    return path
+
+
+def _stage_from_hub(cfg: Config) -> Path:
+    target = folder(cfg)
+    marker = read_marker(target)
+    files = (cfg.dataset_file,) if cfg.dataset_file else shards.defaults(cfg.dataset_repo)
+    staged = bool(marker) and (marker.get("repo"), marker.get("revision")) == (
+        cfg.dataset_repo, cfg.dataset_revision) and marker.get("file") in files  # fmt: skip
+    try:
+        # With a staged copy, don't wait on retries: it can be trained on as it is.
+        source = shards.resolve(cfg.dataset_repo, cfg.dataset_file, cfg.dataset_revision,
+                                wait=0 if staged else cfg.hub_wait)  # fmt: skip
+    except hub.Unreachable as err:
+        if not staged:
+            raise
+        log.warning("%s; training on the copy staged from commit %s", err, marker["commit"])
+        return target / marker["data_yaml"]
+    if staged and (marker.get("commit"), marker.get("file")) == (source.commit, source.file):
+        log.info("dataset %s@%s already staged in %s", source.repo, source.commit[:12], target)
+        return target / marker["data_yaml"]
+    return _download(source, target, cfg)
+
+
+def _check_space(workspace: Path, size: int, left: int) -> None:
+    """Room for the ``left`` bytes still to extract (of ``size``), plus the margin."""
+    (workspace / "data").mkdir(parents=True, exist_ok=True)
+    need = int(left * SPACE_MARGIN)
+    free = shutil.disk_usage(workspace).free
+    if free < need:
+        raise TrainboxError(
+            f"not enough space on {workspace}: the dataset needs about {gb(need)} more "
+            f"({gb(left)} of its {gb(size)} of tar still to extract as it downloads, plus 15%) "
+            f"and {gb(free)} is free; give the volume more space",
+            ExitCode.DISK,
+        )
+
+
+def gb(size: int) -> str:
+    return f"{size / 1e9:.2f} GB"
+
+
+def _download(source: shards.Source, target: Path, cfg: Config) -> Path:
+    """Stream the tar(s), STAGE_PARALLEL at once, into a hidden folder, verify each, doctor
+    the whole, then swap it into place; return the staged data.yaml. Every STAGE_CHECKPOINT
+    seconds each tar's restart point is saved."""
+    partial = target.with_name(f".{target.name}.partial")
+    book = _Checkpoints(partial, source, cfg.stage_checkpoint)
+    if not book.points:
+        shutil.rmtree(partial, ignore_errors=True)
+    _check_space(cfg.workspace, source.size, source.size - book.covered())
+    partial.mkdir(parents=True, exist_ok=True)
+    count = len(source.shards)
+    log.info("staging %s/%s@%s (%s%s) into %s%s", source.repo, source.file, source.commit[:12],
+             gb(source.size), f" in {count} shards, {min(count, cfg.stage_parallel)} at once"
+             if source.sharded else "", target, book.describe())  # fmt: skip
+    try:
+        with _Progress(cfg.workspace, source, book.covered()) as progress:
+            members = _fetch_all(source, partial, book, progress, cfg)
+        book.clear()
+        found = _find_yaml(partial, source.file)
+        if cfg.doctor:
+            point(found, found.parent)
+            doctor(found)
+        relative = found.relative_to(partial)
+        point(found, (target / relative).parent)
+        marker = {**source.identity(), "revision": source.revision, "shards": count,
+                  "members": members, "data_yaml": str(relative)}  # fmt: skip
+        store.write_dataset_marker(partial, marker)
+        _swap(partial, target)
+    except BaseException as err:
+        # A cut download keeps what its checkpoints cover; anything else leaves no trace.
+        disk_full = isinstance(err, OSError) and err.errno == errno.ENOSPC
+        bad_data = isinstance(err, TrainboxError) and err.code == ExitCode.DATASET
+        if disk_full or bad_data or not store.has_staging_checkpoint(partial):
+            shutil.rmtree(partial, ignore_errors=True)
+        if disk_full:
+            raise TrainboxError(
+                f"{target.parent} filled up while extracting: give the volume more space",
+                ExitCode.DISK,
+            ) from None
+        raise
+    log.info("dataset staged: %d files, sha256 %s", members, (source.sha256 or "")[:16])
+    return target / relative
+
+
+class _Cancelled(Exception):
+    """Another tar of the dataset failed, or the job is stopping: this one stops too."""
+
+
+def _fetch_all(source: shards.Source, partial: Path, book: "_Checkpoints",
+               progress: "_Progress", cfg: Config) -> int:  # fmt: skip
+    """Extract every tar not done yet, ``cfg.stage_parallel`` at once, each in its own thread
+    (sockets, hashing (OpenSSL through ctypes) and file writes release the GIL); the first
+    failure stops the others. Return the members of all tars."""
+    queue = [shard for shard in source.shards if not book.done(shard.name)]
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        while not stop.is_set():
+            with lock:
+                if not queue:
+                    return
+                shard = queue.pop(0)
+            try:
+                _fetch(shard, partial, book, progress, stop, cfg.hub_wait)
+            except BaseException as err:
+                errors.append(err)
+                stop.set()
+
+    # Daemon threads: a stop signal must not wait for a read on a hung connection to time out.
+    workers = [threading.Thread(target=work, daemon=True)
+               for _ in range(min(cfg.stage_parallel, len(queue)))]  # fmt: skip
+    for worker in workers:
+        worker.start()
+    try:
+        for worker in workers:
+            worker.join()
+    finally:
+        stop.set()
+        deadline = time.monotonic() + 5
+        for worker in workers:  # they stop at their next chunk
+            worker.join(timeout=max(0.0, deadline - time.monotonic()))
+    failures = [err for err in errors if not isinstance(err, _Cancelled)]
+    if failures:
+        raise failures[0]
+    return book.members()
+
+
+def _fetch(shard: hub.RemoteFile, partial: Path, book: "_Checkpoints", progress: "_Progress",
+           stop: threading.Event, wait: float) -> None:  # fmt: skip
+    """One tar: stream it from its checkpoint into ``partial``, check its size and sha256."""
+    point = book.points.get(shard.name, {})
+    offset = point.get("offset", 0)
+
+    def count(size: int) -> None:
+        if stop.is_set():
+            raise _Cancelled
+        progress(size)
+
+    state = bytes.fromhex(point["state"]) if point else None
+    reader = archive.Reader(hub.stream(shard, offset, wait=wait), count, offset, state)
+    members = archive.extract(reader, partial, point.get("members", 0), book.saver(shard, reader))
+    if reader.size != shard.size or shard.sha256 not in (None, reader.hexdigest()):
+        raise TrainboxError(
+            f"{shard.name}: the download does not match the Hub's size and sha256; start again",
+            ExitCode.DATASET,
+        )
+    book.finish(shard, members)
+
+
+class Meter:
+    """The staging download's bytes, rate and ETA, recorded at most every 2 seconds while
+    the container's phase is ``staging`` (not by a lone ``trainbox dataset stage``)."""
+
+    def __init__(self, workspace: Path, total: int, done: int = 0) -> None:
+        self.workspace, self.total, self.done, self.first = workspace, total, done, done
+        self.started = time.monotonic()
+        self.last = 0.0
+        self.on = status.read(workspace).get("phase") == "staging"
+
+    def __call__(self, count: int) -> None:
+        self.done += count
+        now = time.monotonic()
+        if not self.on or (now - self.last < 2 and self.done < self.total):
+            return
+        self.last = now
+        rate = (self.done - self.first) / max(now - self.started, 1e-3)
+        eta = round((self.total - self.done) / rate) if rate else None
+        staging = {"bytes": self.done, "total": self.total, "rate": round(rate), "eta_s": eta}
+        status.record(self.workspace, "staging", staging=staging, progress_at=store.stamp())
+
+
+class _Progress:
+    """One progress line over all the tars (bytes, rate, ETA), and the status's staging field;
+    called from every download thread."""
+
+    def __init__(self, workspace: Path, source: shards.Source, done: int) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=source.size, initial=done, unit="B", unit_scale=True,
+                        mininterval=2, desc=f"download+extract {source.file}")  # fmt: skip
+        self.meter = Meter(workspace, source.size, done)
+        self.lock = threading.Lock()
+
+    def __call__(self, size: int) -> None:
+        with self.lock:
+            self.bar.update(size)
+            self.meter(size)
+
+    def __enter__(self) -> "_Progress":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.bar.close()
+
+
+class _Checkpoints:
+    """Where each tar of a staging stands, in one file in the hidden folder: for a tar cut
+    midway, the stream position, the members before it and its hash state; for a tar done,
+    its members. Each tar takes its point at a member boundary every ``every`` seconds; at
+    most as often, one thread syncs the disk and then saves the points taken before the sync,
+    so a saved point never claims what is not on disk. (A sync per tar as it finished
+    cost more than the download: ``os.sync`` waits for every other tar's writes too.)"""
+
+    def __init__(self, partial: Path, source: shards.Source, every: int) -> None:
+        self.partial, self.source, self.every = partial, source, every
+        self.lock = threading.Lock()
+        self.last = time.monotonic()
+        saved = store.staging_checkpoint(partial)
+        same = source.sha256 and saved.get("source") == source.identity()
+        self.points: dict[str, dict] = saved.get("shards", {}) if same else {}
+        if not archive.Sha256.resumable():  # no hash state to resume from: only done tars count
+            self.points = {name: p for name, p in self.points.items() if p.get("done")}
+        self.latest = dict(self.points)
+
+    def done(self, name: str) -> bool:
+        return bool(self.points.get(name, {}).get("done"))
+
+    def covered(self) -> int:
+        """The bytes already extracted, by the saved points."""
+        sizes = {shard.name: shard.size for shard in self.source.shards}
+        return sum(sizes[n] if p.get("done") else p["offset"] for n, p in self.points.items())
+
+    def describe(self) -> str:
+        if not self.points:
+            return ""
+        cut = [p for p in self.points.values() if not p.get("done")]
+        done = len(self.points) - len(cut)
+        if not self.source.sharded and cut:
+            point = cut[0]
+            return f", resuming at byte {point['offset']} ({point['members']} files already there)"
+        return f", resuming: {done} tar(s) done, {len(cut)} at their last checkpoint"
+
+    def saver(self, shard: hub.RemoteFile, reader: archive.Reader) -> Callable[[int, int], None]:
+        """The extractor's callback for ``shard``, after each member: at most every ``every``
+        seconds, it takes the shard's point (hashing up to there), then saves if due."""
+        taken = time.monotonic()
+
+        def save(offset: int, members: int) -> None:
+            nonlocal taken
+            if not self.every or time.monotonic() - taken < self.every:
+                return
+            state = reader.state_at(offset)
+            if state is not None:
+                self.latest[shard.name] = {"offset": offset, "members": members,
+                                           "state": state.hex()}  # fmt: skip
+                taken = time.monotonic()
+            self._tick()
+
+        return save
+
+    def finish(self, shard: hub.RemoteFile, members: int) -> None:
+        self.latest[shard.name] = {"done": True, "members": members}
+        self._tick()
+
+    def _tick(self) -> None:
+        """Save the points if ``every`` seconds have passed, unless another thread is at it."""
+        if not self.every or time.monotonic() - self.last < self.every:
+            return
+        if not self.lock.acquire(blocking=False):
+            return
+        try:
+            taken = dict(self.latest)
+            os.sync()  # what the points say is extracted must be on disk before they say so
+            saved = {"source": self.source.identity(), "shards": taken}
+            store.write_staging_checkpoint(self.partial, saved)
+            self.last = time.monotonic()
+        finally:
+            self.lock.release()
+
+    def members(self) -> int:
+        """The members of every tar, once all are done."""
+        return sum(point["members"] for point in self.latest.values())
+
+    def clear(self) -> None:
+        store.drop_staging_checkpoint(self.partial)
+
+
+def _find_yaml(root: Path, name: str) -> Path:
+    """The shallowest data.yaml in the extracted tar (at most two folders deep)."""
+    for pattern in ("data.yaml", "*/data.yaml", "*/*/data.yaml"):
+        if found := sorted(root.glob(pattern)):
+            return found[0]
+    raise TrainboxError(
+        f"{name} holds no data.yaml: pack the dataset folder that contains it", ExitCode.DATASET
+    )
+
+
+def point(data: Path, where: Path) -> None:
+    """Make the data.yaml's ``path:`` point at the folder that holds the data."""
+    spec = yaml.safe_load(data.read_text()) or {}
+    if not isinstance(spec, dict):
+        raise TrainboxError(f"{data.name} in the tar is not a YOLO data.yaml", ExitCode.DATASET)
+    spec["path"] = str(where)
+    write_atomic(data, yaml.safe_dump(spec, sort_keys=False))
+
+
+def _swap(partial: Path, target: Path) -> None:
+    """Put the new copy in place; the old one goes only once the new one is complete."""
+    old = target.with_name(f".{target.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        target.rename(old)
+    partial.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def doctor(data: Path) -> None:
+    """``libreyolo doctor``: errors stop the run with its findings; warnings are logged."""
+    command = [str(Path(sys.executable).with_name("libreyolo")), "doctor", str(data), "--json"]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+        report = json.loads(result.stdout)
+    except (OSError, ValueError) as err:
+        raise TrainboxError(
+            f"libreyolo doctor could not check {data} ({err}); set DOCTOR=false to skip it",
+            ExitCode.DATASET,
+        ) from None
+    findings = report.get("findings", [])
+    for finding in findings:
+        log.warning("doctor %s: %s", finding.get("severity"), finding.get("message"))
+    errors = [f for f in findings if f.get("severity") == "error"]
+    if errors or result.returncode != 0:
+        first = errors[0].get("message") if errors else result.stderr.strip()[-200:]
+        raise TrainboxError(
+            f"libreyolo doctor found {len(errors) or 'an'} error(s) in the dataset, first: "
+            f"{first} Fix the dataset, or set DOCTOR=false to train anyway",
+            ExitCode.DATASET,
+        )
+    log.info("doctor: the dataset is healthy (%d warning(s))", len(findings))

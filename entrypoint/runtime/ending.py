@@ -1,0 +1,190 @@
+"""The end of a start: record how it ended, then make sure nothing bills after it.
+
+A platform decides what an exited container costs. RunPod starts it again (dstackai/dstack
+#1142), so a finished run, or one that fails the same way each time
+(exit 6 of a cu126 image on a Blackwell card), loops and bills until someone notices; vast.ai
+keeps the instance, billed, as ``exited``. So on those two machines every start that ends for
+good asks the provider to stop the machine (ON_EXIT, default ``auto``: stop there), early
+failures included, and waits for the platform to stop it instead of exiting into a restart.
+
+Which ends are for good (``final``): a completed run and a time limit; a failure no restart
+can mend (settings, the dataset, the disk, the GPU check); any other failure once it repeats
+(the same code as the start before, or the third failed start in a row). On vast.ai every end
+is: nothing starts the container again by itself. A stop signal is
+never acted on: whoever sent it is stopping the machine. At most stop after a failure, never
+destroy; and where the run has published weights and an OUTPUT_REPO, only once the Hub holds
+them (``upload.verify``): a stop keeps the volume, but the weights are taken off first.
+
+On those machines each start's end is one entry in ``trainbox/starts.json`` on the volume
+(node 0's; written here only, atomically): how a start knows what the starts before it did.
+"""
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.gateways import provider
+from entrypoint.settings import config
+from entrypoint.settings.config import Config
+from entrypoint.state import status, store
+
+log = logging.getLogger("trainbox")
+
+# Ends no restart can change: the run is over, or the same start would fail the same way.
+FINAL = {ExitCode.OK, ExitCode.CONFIG, ExitCode.DATASET, ExitCode.DISK, ExitCode.PREFLIGHT,
+         ExitCode.TIME_LIMIT}  # fmt: skip
+FAILED_STARTS = 3  # failed starts in a row, whatever their codes, that end the loop
+KEPT = 50  # starts kept in the history
+# After the provider took the stop, how long to wait for its signal before exiting anyway:
+# exiting at once could race the stop on RunPod (a restart before the stop lands).
+PLATFORM_STOP_WAIT = 120.0
+
+
+def history(workspace: Path) -> list[dict[str, Any]]:
+    """The earlier starts' ends, oldest first: ``{"at": stamp, "code": int}``."""
+    return [s for s in store.starts(workspace) if isinstance(s.get("code"), int)]
+
+
+def remember(workspace: Path, code: int) -> list[dict[str, Any]]:
+    """Add this start's end to the history; the history before it."""
+    before = history(workspace)
+    entry = {"at": store.stamp(), "code": int(code)}
+    try:
+        store.write_starts(workspace, [*before, entry][-KEPT:])
+    except OSError as err:  # a full or read-only volume must not hide the run's own end
+        log.warning("could not record this start's end on the volume: %s", err)
+    return before
+
+
+def final(code: int, before: list[dict[str, Any]]) -> bool:
+    """Whether a start that ended with ``code`` would end the same way if started again."""
+    if code in FINAL:
+        return True
+    if code == ExitCode.INTERRUPTED:
+        return False
+    codes = [s["code"] for s in before]
+    recent = codes[-(FAILED_STARTS - 1) :]
+    in_a_row = len(recent) == FAILED_STARTS - 1 and all(c not in (0, 130) for c in recent)
+    return (bool(codes) and codes[-1] == code) or in_a_row
+
+
+def failed(err: TrainboxError) -> int:
+    """The one line of a failure that ends this start, and its exit code."""
+    log.error("error: %s", err)
+    return int(err.code)
+
+
+def refused(err: TrainboxError, environ: Mapping[str, str] = os.environ) -> int:
+    """``trainbox run`` whose settings are refused: the error line, then its end settled with
+    the settings that say where and how to act (those of them that parse)."""
+    code = failed(err)
+    keys = ("WORKSPACE", "ON_EXIT", "ON_EXIT_DRY_RUN", "VAST_API_URL", "RUNPOD_API_URL")
+    cfg = Config()
+    for chosen in ({k: environ[k] for k in keys if k in environ}, {}):
+        try:
+            cfg = config.load(chosen)
+            break
+        except TrainboxError:
+            continue
+    return settle(cfg, code, environ, loaded=False)
+
+
+def settle(
+    cfg: Config, code: int, environ: Mapping[str, str] = os.environ, *, loaded: bool = True
+) -> int:
+    """Record the start's end; on a rented machine, stop it when a restart cannot help.
+    ``loaded``: ``cfg`` is the run's own (not the fallback of a refused configuration)."""
+    if cfg.node_rank != 0:  # node 0 speaks for the job
+        return code
+    found = provider.machine(environ)
+    if found is None:  # a platform of its own restart policy (compose, Kubernetes): as is
+        return code
+    before = remember(cfg.workspace, code)
+    if code == ExitCode.INTERRUPTED:
+        return code
+    how = provider.action(cfg, found)
+    if how == "none":
+        if final(code, before):
+            log.warning(found.left_running)
+        return code
+    if found.restarts and not final(code, before):  # else no next start comes by itself
+        log.info("exit %d: %s %s; the next start may mend it, the same exit again stops it",
+                 code, found.provider, found.exited)  # fmt: skip
+        return code
+    if code != ExitCode.OK:
+        how = "stop"  # after a failure, the volume keeps the logs: never destroy it
+    with Signal() as stop:  # from here a stop signal means the platform is stopping us
+        return _act(cfg, code, found, how, stop, loaded)
+
+
+def _act(
+    cfg: Config, code: int, found: provider.Machine, how: str, stop: "Signal", loaded: bool
+) -> int:
+    if not _weights_safe(cfg, loaded):
+        log.error("ON_EXIT=%s: not done: the upload to %s is not verified, so this machine "
+                  "stays up (and bills) to keep the only copy of the weights; copy them off, "
+                  "then %s", how, cfg.output_repo, found.stop_hint)  # fmt: skip
+        return stop.wait(code, None, cfg)
+    if not found.key:
+        log.error("ON_EXIT=%s: %s gave this container no API key to ask with, and %s; this "
+                  "container waits instead of exiting into a loop: %s", how, found.provider,
+                  found.exited, found.stop_hint)  # fmt: skip
+        return stop.wait(code, None, cfg)
+    if stop.received.is_set():
+        return code  # stopped meanwhile: nothing to ask
+    request = provider.request(found, how, cfg.vast_api_url, cfg.runpod_api_url)
+    log.info("ON_EXIT=%s after exit %d: a new start would end the same way", how, code)
+    if provider.ask(request, cfg.on_exit_dry_run):
+        return stop.wait(code, PLATFORM_STOP_WAIT, cfg)
+    if not cfg.on_exit_dry_run:
+        log.error("ON_EXIT=%s failed: %s", how, found.stop_hint)
+    return code
+
+
+def _weights_safe(cfg: Config, loaded: bool) -> bool:
+    """True unless the run has published weights that the Hub is not shown to hold."""
+    from entrypoint.training import publish
+    from entrypoint.upload import uploader as upload
+
+    if not loaded or not cfg.output_repo:
+        return True  # a stop keeps the volume; nothing would be uploaded anyway
+    if not publish.read_index(cfg.run_dir).get("files"):
+        return True  # nothing published yet: no weights to lose
+    return upload.verify(cfg)
+
+
+class Signal:
+    """SIGTERM and SIGINT, caught while a start ends: the platform's stop, awaited."""
+
+    def __init__(self) -> None:
+        self.received = threading.Event()
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "Signal":
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self.previous[sig] = signal.signal(sig, lambda *_: self.received.set())
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def wait(self, code: int, limit: float | None, cfg: Config) -> int:
+        """Stay up, idle, until the stop signal (or ``limit`` seconds), then end with
+        ``code``: an exit would only be started again."""
+        with contextlib.suppress(OSError):
+            status.note(cfg.workspace, waiting="for the machine to be stopped")
+        end = None if limit is None else time.monotonic() + limit
+        # Short waits: a signal handler then runs within a second, whatever the platform.
+        while not self.received.wait(1.0):
+            if end is not None and time.monotonic() > end:
+                log.warning("the machine was not stopped within %d s: exiting", limit)
+                break
+        return code

@@ -1,0 +1,199 @@
+"""The container's job, start to end: preflight, resume, dataset, training, uploads.
+
+Each step is its own module; this one only puts them in order and records the phase in the
+container's status file. Data flows one way: config -> preflight -> dataset -> training ->
+upload.
+"""
+
+import contextlib
+import logging
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from entrypoint import __version__
+from entrypoint.dataset import stage as dataset
+from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.gateways import hub, provider
+from entrypoint.preflight import check as preflight
+from entrypoint.runtime import ending, ssh, supervise, watchdog
+from entrypoint.settings import options
+from entrypoint.settings.config import Config
+from entrypoint.state import budget, prepared, status, store, view
+from entrypoint.state.prepared import Prepared
+from entrypoint.training import distributed, export, progress, publish, resume, weights
+from entrypoint.upload import uploader as upload
+
+log = logging.getLogger("trainbox")
+
+
+def run(cfg: Config) -> int:
+    """Run the job; return the container's exit code, recording how it ended and settling
+    what the machine does next (``ending``). A volume another container is using is refused
+    before anything is written to it."""
+    log.info(
+        "trainbox %s: %s run %r on %s",
+        __version__,
+        "demo" if cfg.is_demo else "dataset",
+        cfg.run_name,
+        cfg.device,
+    )
+    try:
+        # LibreYOLO's options and export formats, checked before anything is touched.
+        options.effective(cfg)
+        export.check(cfg)
+        # sshd stays up while the end waits to be stopped.
+        with store.volume(cfg.workspace, cfg.node_rank), ssh.serving(cfg):
+            try:
+                code = _run(cfg)
+            except TrainboxError as err:
+                code = ending.failed(err)
+            return ending.settle(cfg, code)
+    except TrainboxError as err:  # before the volume was ours: nothing of the run is there
+        return ending.settle(cfg, ending.failed(err))
+
+
+def _run(cfg: Config) -> int:
+    store.for_node(cfg.node_rank)
+    if cfg.nnodes > 1:
+        log.info("node %d of %d, meeting at %s:%d", cfg.node_rank, cfg.nnodes, cfg.master_addr,
+                 cfg.master_port)  # fmt: skip
+    limits = {"max_runtime": cfg.max_runtime, "stall_timeout": cfg.stall_timeout}
+    status.record(cfg.workspace, "preflight", fresh=True, run=cfg.run_name, limits=limits)
+    store.mark(cfg.workspace, fresh=True, started=budget.process_started())
+    hub.listeners[:] = [lambda waiting: status.note(cfg.workspace, waiting=waiting)]
+    runtime = Path(tempfile.mkdtemp(prefix="trainbox-"))  # this start's, never the volume
+    prepared.write_settings(runtime, cfg)
+    try:
+        code = _steps(cfg, runtime)
+    except TrainboxError as err:
+        status.record(cfg.workspace, status.ended(err.code), exit_code=int(err.code),
+                      reason=str(err))  # fmt: skip
+        raise
+    status.record(cfg.workspace, status.ended(code), exit_code=int(code))
+    _report_billing(cfg)  # what the machine cost without training; ON_EXIT acts after it
+    return code
+
+
+def _report_billing(cfg: Config) -> None:
+    """The seconds this container was billed without training, in the status and the log.
+    Computed once: with OUTPUT_REPO by the final upload (``upload.flush``), up to its start,
+    into the manifest the Hub gets; without, here, into the volume's manifest."""
+    if cfg.output_repo:  # the published folder stays what the Hub holds
+        bill = _uploaded_bill(cfg) or budget.billed(cfg.workspace, time.time())
+    elif bill := budget.billed(cfg.workspace, time.time()):
+        publish.record_billing(cfg.run_dir, bill)
+    if bill:
+        status.note(cfg.workspace, billed=bill)
+        log.info(view.billed_line(bill))
+
+
+def _uploaded_bill(cfg: Config) -> dict | None:
+    """This container's bill as the final upload recorded it, if it ran."""
+    started = store.clock(cfg.workspace).get("started")
+    bills = store.manifest(publish.folder(cfg.run_dir)).get("billed", [])
+    return next((b for b in bills if b.get("container_started") == started), None)
+
+
+def _steps(cfg: Config, runtime: Path) -> int:
+    """The steps in order; each returns early with the exit code when the job ends there.
+    The watchdog watches them all, from the preflight to the final upload."""
+    with watchdog.watching(runtime):
+        with _stoppable(runtime):
+            ready = _prepare(cfg)
+        if not isinstance(ready, Prepared):
+            return ready
+        prepared.write(runtime, ready)  # once, for the programs supervisord starts
+        status.record(cfg.workspace, "training")
+        code = supervise.run(cfg, distributed.command(cfg, ready.gpus), runtime)
+    if report := store.export_report(cfg.workspace):  # the train program's own file
+        status.note(cfg.workspace, export=report)
+    return code
+
+
+@contextlib.contextmanager
+def _stoppable(runtime: Path) -> Iterator[None]:
+    """Until supervisord takes over, a stop signal ends the job cleanly: exit 130, the phase
+    ``interrupted``, temporary files gone (every step cleans up on the way out); the
+    watchdog's stop, with its own code and reason."""
+
+    def stop(signum: int, _frame: object) -> None:
+        if error := watchdog.fired(runtime):
+            raise error
+        raise TrainboxError(
+            f"{signal.Signals(signum).name} received before training: stopped; a restart goes "
+            "on from here",
+            ExitCode.INTERRUPTED,
+        )
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _prepare(cfg: Config) -> "int | Prepared":
+    """Everything before training, done once; an exit code when the job ends here, else what
+    the programs train with (``state.prepared``)."""
+    provider.check(cfg)
+    if progress.run_state(cfg.run_dir) == "completed":
+        log.info(
+            "run %s already completed: nothing to train (set RUN_NAME for a new run)", cfg.run_dir
+        )
+        # A final upload that failed last time is retried: completed is not yet safe.
+        return upload.flush(cfg) if cfg.output_repo and cfg.node_rank == 0 else ExitCode.OK
+    # Preflight in its own process: the CUDA context it opens must not outlive the check.
+    checked = subprocess.run([sys.executable, "-m", "entrypoint", "check"], check=False)
+    if checked.returncode:
+        if reason := preflight.read(cfg).get("error"):
+            status.record(cfg.workspace, "failed", reason=reason)
+        return checked.returncode
+    verdict = preflight.read(cfg)
+    status.record(cfg.workspace, "preflight", gpu=preflight.summary(verdict),
+                  notes=verdict["notes"])  # fmt: skip
+    previous = None
+    if cfg.output_repo:
+        status.record(cfg.workspace, "resuming")
+        previous = resume.fetch(cfg)
+        if progress.run_state(cfg.run_dir) == "completed":
+            log.info(
+                "run %s already completed on %s: nothing to train (set RUN_NAME for a new run)",
+                cfg.run_name,
+                cfg.output_repo,
+            )
+            return ExitCode.OK
+        if previous is None and cfg.node_rank == 0:  # a new run: can we write? before all else
+            upload.prepare(cfg, publish.provenance(cfg, verdict, None))
+    else:
+        log.warning(
+            "OUTPUT_REPO is not set: the weights stay on this volume only; if the "
+            "machine goes, they go with it"
+        )
+    # The start weights (none when the run goes on from a checkpoint): asked for before a
+    # Hub dataset's long download and fetched meanwhile; after a local one's quick check.
+    found = None if resume.has_checkpoint(cfg) else weights.source(cfg)
+    status.record(cfg.workspace, "staging")
+    if cfg.dataset_repo:
+        weights.check(cfg, found)
+        start = weights.Background(cfg, found)
+        dataset.stage(cfg)
+        start.result()
+    else:
+        dataset.stage(cfg)
+        weights.fetch(cfg, found)
+    manifest = publish.provenance(cfg, verdict, dataset.identity(cfg))
+    if previous:  # the Hub keeps the run's manifest until the resume is known to be right
+        resume.check_dataset(cfg, previous, manifest)
+        manifest["billed"] = previous.get("billed", [])  # the run's earlier containers
+        if cfg.node_rank == 0:
+            upload.prepare(cfg, manifest)  # writes it here too
+    else:
+        publish.write_manifest(cfg.run_dir, manifest)
+    gpus = len(verdict["gpus"])
+    return Prepared(cfg, gpus=gpus, workers=verdict["workers"], data_yaml=dataset.data_yaml(cfg))

@@ -1,0 +1,133 @@
+"""Watchdogs: a run never bills forever.
+
+``MAX_RUNTIME`` bounds the container's whole life; ``STALL_TIMEOUT`` ends a run that makes no
+progress (no staging bytes, no finished epoch, no train.log line). Training then stops, the
+final upload runs, and the container exits with its own code (8 or 9) and the reason in its
+status file.
+
+One watchdog, from the preflight to the final upload: a process of its own, started by the
+job, that checks the status file every 2 s, keeps its training and upload fields fresh, and
+past a limit stops the job with SIGTERM, the way ``docker stop`` does. Before training the
+job's handler raises the watchdog's error in its main thread (a signal interrupts even a read
+blocked on a stuck network); during training it stops supervisord: train gets SIGINT, then
+the uploader pushes the last epoch.
+"""
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.settings.config import Config
+from entrypoint.state import status, store
+from entrypoint.training import progress
+
+log = logging.getLogger("trainbox")
+
+CHECK_SECONDS = 2
+
+
+def verdict(cfg: Config, state: dict[str, Any], now: float | None = None) -> TrainboxError | None:
+    """The error that ends the run, or None while it is within its limits."""
+    phase = state.get("phase", "?")
+    if phase not in status.ACTIVE:
+        return None  # ended: the job settles it
+    running = store.age(state.get("started_at"), now)
+    if cfg.max_runtime and running is not None and running >= cfg.max_runtime:
+        return TrainboxError(
+            f"MAX_RUNTIME={cfg.max_runtime} s reached during {phase}: stopped after a final "
+            "upload; raise MAX_RUNTIME (or set 0) to train longer, a restart resumes",
+            ExitCode.TIME_LIMIT,
+        )
+    quiet = store.age(state.get("progress_at"), now)
+    if cfg.stall_timeout and quiet is not None and quiet >= cfg.stall_timeout:
+        return TrainboxError(
+            f"no progress for {quiet:.0f} s during {phase} (STALL_TIMEOUT={cfg.stall_timeout}): "
+            f"{_diagnosis(cfg, phase)}",
+            ExitCode.STALLED,
+        )
+    return None
+
+
+def _diagnosis(cfg: Config, phase: str) -> str:
+    if phase == "staging":
+        return (
+            "the download received nothing: the Hub or the network is stuck; start again "
+            "later, staging resumes at its last checkpoint"
+        )
+    if phase == "training":
+        try:
+            last = cfg.run_dir.joinpath("train.log").read_text().strip().splitlines()[-1]
+        except (OSError, IndexError):
+            last = "(train.log is empty)"
+        return (
+            "no epoch finished and train.log is silent: a hung dataloader, disk or GPU, or an "
+            "epoch longer than STALL_TIMEOUT (raise it); last train.log line: " + last[-200:]
+        )
+    return f"stuck in {phase}; see the lines above"
+
+
+@contextmanager
+def watching(runtime: Path) -> Iterator[None]:
+    """The watchdog, as a process of its own beside the job for as long as the block runs:
+    from the preflight to the final upload. Its settings are the job's (in ``runtime``)."""
+    env = {**os.environ, store.RUNTIME: str(runtime)}
+    child = subprocess.Popen([sys.executable, "-m", "entrypoint", "watchdog"], env=env)
+    try:
+        yield
+    finally:
+        child.terminate()
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def fired(runtime: Path) -> TrainboxError | None:
+    """The limit the watchdog enforced, once it did (for the job, as its stop signal comes)."""
+    code = store.code(runtime, "watchdog")
+    return None if code is None else TrainboxError(store.reason(runtime, "watchdog"), code)
+
+
+def refresh(cfg: Config) -> dict[str, Any]:
+    """Copy libreyolo's progress and the upload state into the container's status, the phase
+    staying as the job set it."""
+    training, progress_at = progress.training(cfg.run_dir)
+    stamps = (status.read(cfg.workspace).get("progress_at"), progress_at)
+    progress_at = max(filter(None, stamps), default=None)
+    upload = (
+        store.ledger(cfg.workspace, cfg.output_repo, cfg.run_name).get("state", {})
+        if cfg.output_repo
+        else None
+    )
+    fields: dict[str, Any] = {"upload": upload, "progress_at": progress_at}
+    if status.read(cfg.workspace).get("phase") == "training":
+        fields.update(training=training, profile=progress.profile(cfg.run_dir))
+    status.note(cfg.workspace, **fields)
+    return status.read(cfg.workspace)
+
+
+def program(cfg: Config, runtime: Path) -> int:
+    """The ``watchdog`` program: refresh the status; past a limit, record the exit code and
+    the reason in the runtime folder and stop the job (its parent) as ``docker stop`` would:
+    before training it ends there, during training it stops supervisord, whose train program
+    stops and whose uploader pushes the last epoch."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        state = refresh(cfg)
+        if error := verdict(cfg, state):
+            log.error("watchdog: %s", error)
+            store.write_code(runtime, "watchdog", error.code, reason=str(error))
+            status.note(cfg.workspace, reason=str(error))
+            os.kill(os.getppid(), signal.SIGTERM)
+            return int(error.code)
+        time.sleep(CHECK_SECONDS)

@@ -1,0 +1,140 @@
+"""``trainbox status``: the container's state on one screen, for people, scripts and
+HEALTHCHECK.
+
+Standard library only, so it answers in milliseconds, through ``docker exec`` or from a copy
+of the volume (``python3 -m entrypoint status --workspace COPY`` from a checkout).
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from entrypoint.state import status as state
+from entrypoint.state import store
+
+
+def billed_line(bill: dict[str, Any]) -> str:
+    return (f"billed {bill['before_training_s']} s before training, "
+            f"{bill['after_training_s']} s after")  # fmt: skip
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _upload_lines(up: dict[str, Any] | None) -> list[str]:
+    if up is None:
+        return ["upload   off: OUTPUT_REPO is not set, the weights stay on this volume"]
+    lines = ["upload   nothing uploaded yet"]
+    if up.get("epoch"):
+        lines = [f"upload   epoch {up['epoch']} at {up.get('at', '?')}, "
+                 f"{up.get('pending', 0)} file(s) pending"]  # fmt: skip
+    if up.get("retrying"):
+        lines.append(f"upload   retrying: {up['retrying']}")
+    if up.get("last_error"):
+        lines.append(f"warning  last upload failed: {up['last_error']}")
+    return lines
+
+
+def human(status: dict[str, Any], now: float | None = None) -> str:
+    """One screen: phase, epoch and ETA, best metric, last upload, health, warnings."""
+    lines = [
+        f"run      {status.get('run', '?')}: {status.get('phase', '?')}, "
+        f"{_duration(store.age(status.get('started_at'), now))} since start"
+    ]
+    if gpu := status.get("gpu"):
+        lines.append(f"gpu      {gpu}")
+    if staging := status.get("staging"):
+        done, total = staging.get("bytes", 0), staging.get("total") or 1
+        lines.append(
+            f"staging  {done / 1e9:.2f}/{total / 1e9:.2f} GB ({100 * done / total:.0f}%), "
+            f"{staging.get('rate', 0) / 1e6:.0f} MB/s, ETA {_duration(staging.get('eta_s'))}"
+        )
+    if train := status.get("training"):
+        line = f"epoch    {train.get('completed_epochs', 0)}/{train.get('total_epochs', '?')}"
+        if "eta_seconds" in train:
+            line += f", ETA {_duration(train['eta_seconds'])}"
+        if "train_loss" in train:
+            line += f", loss {train['train_loss']:.4f}"
+        lines.append(line)
+        if "best_metric" in train:
+            lines.append(
+                f"best     {train.get('best_metric_name', 'metric')} {train['best_metric']:.4f} "
+                f"at epoch {train.get('best_epoch', '?')}"
+            )
+    if found := status.get("profile"):
+        lines.append(
+            f"profile  {found['bound']} bound, {found['step_ms']:.0f} ms/step, "
+            f"{found['img_per_s']:.0f} img/s: {found['why']}"
+        )
+        if found["bound"] in ("dataloader", "host / launch"):
+            lines.append(
+                "warning  a faster GPU would not help this run: more WORKERS (dataloader) or a "
+                "bigger BATCH (host/launch) would"
+            )
+    if "upload" in status:
+        lines += _upload_lines(status["upload"])
+    if waiting := status.get("waiting"):
+        lines.append(f"waiting  {waiting}")
+    if "exit_code" in status:
+        lines.append(f"exit     {status['exit_code']}: {status.get('reason', status['phase'])}")
+    if bill := status.get("billed"):
+        lines.append(f"idle     {billed_line(bill)}")
+    problem = state.health(status, now)
+    lines.append(f"health   {'unhealthy: ' + problem if problem else 'healthy'}")
+    lines.extend(f"warning  {note}" for note in status.get("notes", []))
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    """``trainbox status``: the container's state, for people, scripts and HEALTHCHECK."""
+    parser = argparse.ArgumentParser(prog="trainbox status", description=main.__doc__)
+    parser.add_argument("--json", action="store_true", help="print the status file's JSON")
+    parser.add_argument(
+        "--watch",
+        nargs="?",
+        const=2.0,
+        type=float,
+        metavar="SECONDS",
+        help="refresh every SECONDS (2) until the run ends",
+    )
+    parser.add_argument(
+        "--health", action="store_true", help="exit 1 if the run failed or stalled (HEALTHCHECK)"
+    )
+    parser.add_argument(
+        "--workspace",
+        type=Path,
+        default=Path(os.environ.get("WORKSPACE") or "/workspace"),
+        help="the volume, or a copy of it [$WORKSPACE or /workspace]",
+    )
+    args = parser.parse_args(argv)
+    while True:
+        status = state.read(args.workspace)
+        if not status:
+            print(
+                f"no status at {store.status_path(args.workspace)}: no container has run on "
+                "this volume; point --workspace at the volume",
+                file=sys.stderr,
+            )
+            return 1
+        if args.health:
+            problem = state.health(status)
+            print(f"unhealthy: {problem}" if problem else f"healthy: {status['phase']}")
+            return 1 if problem else 0
+        if args.watch:
+            print("\x1b[H\x1b[2J", end="")
+        print(json.dumps(status, indent=2) if args.json else human(status), flush=True)
+        if not args.watch or status.get("phase") not in state.ACTIVE:
+            return 0
+        try:
+            time.sleep(args.watch)
+        except KeyboardInterrupt:
+            return 0

@@ -1,0 +1,178 @@
+"""Beyond one process: PyTorch's own launcher, torchrun, starts the ranks; trainbox does not
+build a cluster of its own.
+
+One process per machine (the default) runs the ``train`` program directly; ``DEVICE=0,1,2,3``
+on one machine then trains on those GPUs the way libreyolo does it (one spawned worker per
+GPU). With ``NNODES`` > 1 or ``NPROC_PER_NODE`` > 1 the ``train`` program is torchrun, with
+static rendezvous on ``MASTER_ADDR:MASTER_PORT`` and each machine's ``NODE_RANK``; libreyolo
+reads RANK/LOCAL_RANK/WORLD_SIZE and wraps the model in DDP, with ``BATCH`` the global batch.
+Node 0 alone publishes, uploads, serves the dashboard and writes the container's status;
+every node stages the dataset on its own volume.
+"""
+
+import datetime
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from entrypoint.errors import ExitCode
+from entrypoint.settings.config import Config
+from entrypoint.state import store
+
+log = logging.getLogger("trainbox")
+
+HEARTBEAT_SECONDS = 2
+
+
+def processes(cfg: Config, gpus: int) -> int:
+    """Training processes on this machine: NPROC_PER_NODE, else one per visible GPU."""
+    return cfg.nproc_per_node or max(1, gpus if cfg.device != "cpu" else 1)
+
+
+def uses_torchrun(cfg: Config) -> bool:
+    return cfg.nnodes > 1 or cfg.nproc_per_node > 1
+
+
+def command(cfg: Config, gpus: int) -> str:
+    """The ``train`` program's command line: the trainer, or ``launch`` (torchrun's wrapper)."""
+    program = ["launch", str(processes(cfg, gpus))] if uses_torchrun(cfg) else ["train"]
+    return shlex.join([sys.executable, "-m", "entrypoint", *program])
+
+
+def torchrun(cfg: Config, procs: int) -> list[str]:
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        f"--nnodes={cfg.nnodes}", f"--node-rank={cfg.node_rank}", f"--nproc-per-node={procs}",
+        f"--master-addr={cfg.master_addr}", f"--master-port={cfg.master_port}",
+        f"--rdzv-conf=timeout={cfg.rdzv_timeout}", "--max-restarts=0",
+        "-m", "entrypoint", "train",
+    ]  # fmt: skip
+
+
+def environment(cfg: Config, parent: dict[str, str] | None = None) -> dict[str, str]:
+    """torchrun's environment: DEVICE's GPUs alone visible, in DEVICE's order.
+
+    libreyolo puts rank N on ``cuda:LOCAL_RANK`` whatever ``device`` says (its
+    ``Trainer._setup_device``), so ``DEVICE=2,3`` would train on GPUs 0 and 1, which the
+    preflight did not check. Indices count among the GPUs already visible, as torch counts them.
+    """
+    env = dict(os.environ if parent is None else parent)
+    if cfg.device in ("auto", "cpu"):
+        return env
+    wanted = [int(i) for i in cfg.device.split(",")]
+    visible = [v for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(visible[i] if visible else str(i) for i in wanted)
+    return env
+
+
+def launch(cfg: Config, procs: int, runtime: Path) -> int:
+    """The ``train`` program under torchrun: run it, then turn how it ended into one line and
+    the job's exit code. A stop reaches torchrun and the ranks (the whole process group), so
+    this waits for them."""
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop, signal.SIG_IGN)
+    code = subprocess.run(torchrun(cfg, procs), env=environment(cfg), check=False).returncode
+    if (chosen := store.code(runtime, "rank")) is not None:
+        return chosen
+    if code and not store.started(runtime):
+        log.error(
+            "NNODES=%d: the job never started: not every node joined %s:%d within "
+            "RDZV_TIMEOUT=%d s; start every node with the same NNODES, MASTER_ADDR and "
+            "MASTER_PORT, each with its own NODE_RANK, and check node 0 is reachable",
+            cfg.nnodes,
+            cfg.master_addr,
+            cfg.master_port,
+            cfg.rdzv_timeout,
+        )
+        return ExitCode.NODE_LOST
+    return code
+
+
+def started() -> None:
+    """A rank is past the rendezvous (for ``launch``)."""
+    if runtime := os.environ.get(store.RUNTIME):
+        store.mark_started(Path(runtime))
+
+
+def chose(code: int) -> None:
+    """A rank's choice of the job's exit code (for ``launch``; torchrun's own is 1)."""
+    if runtime := os.environ.get(store.RUNTIME):
+        store.write_code(Path(runtime), "rank", code)
+
+
+class Heartbeat:
+    """Each rank's pulse in torchrun's own rendezvous store (on node 0), so that when a
+    collective fails, the ranks still alive can name the ones that went silent."""
+
+    def __init__(self, store: Any, world: int) -> None:
+        self.store, self.world, self.rank = store, world, rank()
+
+    @classmethod
+    def start(cls) -> "Heartbeat | None":
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world < 2:
+            return None
+        import torch.distributed as dist
+
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                              is_master=False, timeout=datetime.timedelta(seconds=10))  # fmt: skip
+        pulse = cls(store, world)
+        store.set(f"trainbox/node/{pulse.rank}", os.environ.get("GROUP_RANK", "?"))
+        threading.Thread(target=pulse._beat, daemon=True).start()
+        return pulse
+
+    def _beat(self) -> None:
+        count = 0
+        while True:
+            count += 1
+            try:
+                self.store.set(f"trainbox/beat/{self.rank}", str(count))
+            except Exception:  # the store is gone with node 0: silent() says so
+                return
+            time.sleep(HEARTBEAT_SECONDS)
+
+    def _pulses(self) -> dict[int, bytes]:
+        keys = {r: f"trainbox/beat/{r}" for r in range(self.world) if r != self.rank}
+        return {r: self.store.get(k) for r, k in keys.items() if self.store.check([k])}
+
+    def silent(self) -> str | None:
+        """After a failed collective: which ranks stopped beating, in words; None if none."""
+        try:
+            before = self._pulses()
+            time.sleep(3 * HEARTBEAT_SECONDS)
+            after = self._pulses()
+            gone = [
+                r for r in range(self.world) if r != self.rank and after.get(r) == before.get(r)
+            ]
+            nodes = {r: self.store.get(f"trainbox/node/{r}").decode() for r in gone}
+        except Exception:
+            return (
+                f"node 0 ({os.environ.get('MASTER_ADDR')}), which holds the rendezvous, "
+                "stopped answering"
+            )
+        if not gone:
+            return None
+        named = ", ".join(f"rank {r} (node {nodes[r]})" for r in gone)
+        return f"{named} stopped answering: that node failed or was stopped"
+
+
+def rank() -> int:
+    """This process's global rank (0 when not launched by torchrun)."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def describe() -> str | None:
+    """A line naming this rank in the job, under torchrun."""
+    if "WORLD_SIZE" not in os.environ:
+        return None
+    return (
+        f"rank {os.environ.get('RANK')} of world size {os.environ['WORLD_SIZE']} "
+        f"(node {os.environ.get('GROUP_RANK', '?')}, local rank {os.environ.get('LOCAL_RANK')})"
+    )

@@ -1,0 +1,204 @@
+"""The ``train`` program that supervisord runs: one LibreYOLO run through its Python API.
+
+The Python API, not the ``libreyolo train`` CLI, because only the API takes callbacks.
+"""
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from entrypoint.dataset.stage import data_yaml
+from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.preflight import check as preflight
+from entrypoint.settings import options
+from entrypoint.settings.config import Config
+from entrypoint.state import store
+from entrypoint.state.prepared import Prepared
+from entrypoint.training import distributed, export, weights
+from entrypoint.training.publish import Publisher
+
+log = logging.getLogger("trainbox")
+
+PROFILE = "profile"  # runs/RUN_NAME/profile: the PROFILE_STEPS pass
+
+
+class EpochLog:
+    """One plain line per finished epoch, readable in ``docker logs`` between progress bars.
+
+    A plain class at module level: under DDP, callbacks must be picklable.
+    """
+
+    def on_train_epoch_end(self, event: Any) -> None:
+        metric = ""
+        if event.current_metric is not None:
+            metric = f", {event.current_metric_name} {event.current_metric:.4f}"
+        log.info(
+            "epoch %d/%d done in %.1fs: loss %.4f%s",
+            event.epoch,
+            event.total_epochs,
+            event.epoch_seconds,
+            event.train_loss,
+            metric,
+        )
+
+
+class Clock:
+    """When training's first step began and its last one ended, for the container's report of
+    the seconds it was billed without training (``budget.billed``). Picklable, as EpochLog."""
+
+    def __init__(self, workspace: Path) -> None:
+        self.workspace = str(workspace)
+
+    def _mark(self, name: str) -> None:
+        store.mark(Path(self.workspace), **{name: time.time()})
+
+    def on_train_start(self, _event: Any) -> None:
+        self._mark("first_step")
+
+    def on_train_epoch_end(self, _event: Any) -> None:
+        self._mark("last_step")
+
+    def on_train_exception(self, _event: Any) -> None:
+        self._mark("last_step")  # a stop in the middle of an epoch: it trained until now
+
+
+def architecture(model: str, device: str = "cpu") -> Any:
+    """The architecture ``model`` names (e.g. LibreYOLO9t.pt), untrained: no download."""
+    # The registry the libreyolo CLI itself uses to map a model name to its architecture.
+    from libreyolo.cli.config import detect_family_from_model_ref, get_model_class
+
+    model_cls = get_model_class(detect_family_from_model_ref(model))
+    size = model_cls.detect_size_from_filename(Path(model).name) if model_cls else None
+    if size is None:
+        raise TrainboxError(
+            f"MODEL={model!r}: not a LibreYOLO model name such as LibreYOLO9t.pt; "
+            "with PRETRAINED=false the name picks the architecture",
+            ExitCode.CONFIG,
+        )
+    return model_cls(None, size=size, device=device)
+
+
+def _model_device(cfg: Config) -> str:
+    return "cpu" if cfg.device == "cpu" else "auto"
+
+
+def _build_model(cfg: Config, resume_from: Path | None) -> Any:
+    """The model to train: an interrupted run's checkpoint, the start weights MODEL names
+    (published, hf://, a path), or the architecture MODEL names, from scratch."""
+    start = resume_from or weights.local(cfg)  # fetched onto the volume while staging
+    if start or cfg.pretrained:
+        from libreyolo import LibreYOLO
+
+        return LibreYOLO(str(start or cfg.model), device=_model_device(cfg))
+    return architecture(cfg.model, _model_device(cfg))
+
+
+def _on_this_data(cfg: Config, run: Prepared) -> dict[str, Any]:
+    """``model.train`` arguments that the run and its profile pass share."""
+    return {
+        **options.effective(cfg),
+        "data": str(run.data_yaml),
+        "batch": cfg.batch,
+        "imgsz": cfg.imgsz,
+        "device": "" if cfg.device == "auto" else cfg.device,
+        "workers": run.workers,
+        "exist_ok": True,
+        # SyncBatchNorm needs GPU modules.
+        **({"sync_bn": False} if cfg.device == "cpu" else {}),
+    }
+
+
+def profile(cfg: Config, run: Prepared) -> None:
+    """PROFILE_STEPS: that many real steps under libreyolo's profiler, in runs/RUN/profile,
+    before the run; its verdict (dataloader, host/launch or compute bound) goes to the status."""
+    folder = cfg.run_dir / PROFILE
+    if (folder / "profile_summary.json").is_file():
+        return  # profiled before a restart
+    log.info("profiling %d training steps before the run (PROFILE_STEPS)", cfg.profile_steps)
+    architecture(cfg.model, _model_device(cfg)).train(
+        **_on_this_data(cfg, run),
+        epochs=1,
+        project=str(cfg.run_dir),
+        name=PROFILE,
+        profile=True,
+        profile_then_stop=True,
+        profile_warmup=2,
+        profile_steps=cfg.profile_steps,
+        profile_open=False,
+    )
+    if not (folder / "profile_summary.json").is_file():
+        log.warning(
+            "PROFILE_STEPS=%d: more steps than one epoch has; no verdict", cfg.profile_steps
+        )
+
+
+def train(cfg: Config, run: Prepared) -> None:
+    """Train until done; libreyolo writes status.json, metrics.jsonl, train.log, weights/.
+
+    An interrupted run in the volume resumes from its newest checkpoint that loads.
+    """
+    from entrypoint.training.resume import checkpoint
+
+    resume_from = checkpoint(cfg)
+    if cfg.profile_steps and not resume_from:
+        profile(cfg, run)
+    model = _build_model(cfg, resume_from)
+    if where := distributed.describe():
+        log.info("distributed: %s", where)
+    if resume_from:
+        log.info("resuming %s from %s", cfg.run_dir, resume_from)
+    else:
+        log.info("training %s on %s into %s", cfg.model, run.data_yaml, cfg.run_dir)
+    # Global rank 0 alone logs epochs, keeps the clock and publishes.
+    callbacks = [EpochLog(), Clock(cfg.workspace), Publisher()] if distributed.rank() == 0 else []
+    model.train(
+        **_on_this_data(cfg, run),
+        epochs=cfg.epochs,
+        save_period=cfg.save_period,
+        project=str(cfg.run_dir.parent),
+        name=cfg.run_name,
+        resume=bool(resume_from),
+        callbacks=callbacks,
+    )
+    log.info("training completed: weights in %s", cfg.run_dir / "weights")
+    if distributed.rank() == 0:
+        export.run(cfg)
+
+
+def by_hand(cfg: Config) -> Prepared:
+    """What a ``trainbox train`` run by hand, without the job, trains with: the last
+    preflight's workers if one ran, the staged data.yaml."""
+    return Prepared(cfg, gpus=0, workers=preflight.workers(cfg), data_yaml=data_yaml(cfg))
+
+
+def main(cfg: Config, run: Prepared | None = None) -> int:
+    """Run training and turn its outcome into the program's exit code."""
+    run = run or by_hand(cfg)
+    distributed.started()
+    pulse = distributed.Heartbeat.start()
+    try:
+        train(cfg, run)
+    except KeyboardInterrupt:
+        log.warning("training interrupted; the last finished epoch is in %s", cfg.run_dir)
+        return ExitCode.INTERRUPTED
+    except TrainboxError:
+        raise
+    except Exception as err:
+        if pulse and (silent := pulse.silent()):
+            log.error(
+                "training stopped on rank %d: %s; every node ends now: start them all again "
+                "to resume from the last uploaded epoch",
+                distributed.rank(),
+                silent,
+            )
+            distributed.chose(ExitCode.NODE_LOST)
+            return ExitCode.NODE_LOST
+        log.error(
+            "training failed: %s: %s (details in %s)",
+            type(err).__name__,
+            err,
+            cfg.run_dir / "train.log",
+        )
+        return ExitCode.TRAINING_FAILED
+    return ExitCode.OK

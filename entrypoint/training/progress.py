@@ -1,0 +1,40 @@
+"""What LibreYOLO's own files say of a run: its state, its progress, its profile verdict.
+
+LibreYOLO writes them in the run folder (``status.json``, ``metrics.jsonl``, ``train.log``,
+``profile/profile_summary.json``); trainbox only reads them.
+"""
+
+from pathlib import Path
+from typing import Any
+
+from entrypoint.state import store
+
+KEYS = ("state", "completed_epochs", "total_epochs", "eta_seconds", "train_loss",
+        "current_metric_name", "current_metric", "best_metric_name", "best_metric",
+        "best_epoch", "error")  # fmt: skip
+
+
+def run_state(run_dir: Path) -> str | None:
+    """libreyolo's ``state`` (running, completed, failed) for a run, or None if it never started."""
+    return store.read_json(run_dir / "status.json").get("state")
+
+
+def training(run_dir: Path) -> tuple[dict[str, Any], str | None]:
+    """The training fields, from libreyolo's status.json, and the time of the last sign of
+    progress in the run folder (status.json, metrics.jsonl or train.log written)."""
+    theirs = store.read_json(run_dir / "status.json")
+    fields = {key: theirs[key] for key in KEYS if theirs.get(key) is not None}
+    files = (run_dir / name for name in ("status.json", "metrics.jsonl", "train.log"))
+    times = [file.stat().st_mtime for file in files if file.exists()]
+    return fields, store.stamp(max(times)) if times else None
+
+
+def profile(run_dir: Path) -> dict[str, Any] | None:
+    """The PROFILE_STEPS verdict, from libreyolo's profile_summary.json, or None."""
+    summary = store.read_json(run_dir / "profile" / "profile_summary.json")
+    if not summary:
+        return None
+    real = summary.get("real", {})
+    return {"bound": summary.get("bound"), "why": summary.get("bound_why"),
+            "step_ms": real.get("step_ms"), "img_per_s": real.get("img_per_s"),
+            "dataload_frac": real.get("dataload_frac")}  # fmt: skip

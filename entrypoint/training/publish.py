@@ -1,0 +1,179 @@
+"""Consistent snapshots of a run, for the uploader and for resuming.
+
+libreyolo writes ``weights/*.pt`` with a plain ``torch.save``: read at the wrong moment, a
+file is half-written. Right after each save, in the trainer's own process (the
+``on_train_epoch_end`` callback), the run's files are copied into its published folder (temp
+file, fsync, rename), then ``index.json`` there lists them with their sha256. The uploader
+reads only what the index lists, and a resume falls back on the published ``last.pt``.
+
+The copy of an epoch runs in a thread while the next epoch trains: done in the training step,
+the copy and fsync of a 439 MB checkpoint (LibreYOLO9c's, as last.pt and best.pt) held it
+about 6 s, 10% of a 60 s epoch (``tests/bench/upload.py --part step``). A copy whose source is
+rewritten meanwhile (the next epoch's save came first) is dropped, never renamed into place:
+that next epoch's copy follows. The end of training, or its failure, waits for it.
+
+The published folder is ``/workspace/trainbox/published/RUN_NAME``, outside the runs folder:
+inside it, its copies of status.json and metrics.jsonl made ``libreyolo monitor`` (which takes
+any folder holding one for a run) show a second, phantom run ``run/published``.
+"""
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from entrypoint.atomic import SourceChanged, copy_atomic
+from entrypoint.dataset.archive import sha256
+from entrypoint.state import store
+
+log = logging.getLogger("trainbox")
+
+INDEX, MANIFEST = store.INDEX, store.MANIFEST  # their names on the Hub too
+SMALL_FILES = ("status.json", "metrics.jsonl", "results.csv", "summary.json", "train_config.yaml")
+# What makes a folder a run to `libreyolo monitor` (libreyolo.ui.train_monitor._RUN_MARKERS).
+MONITOR_MARKERS = ("status.json", "metrics.jsonl", "results.csv")
+
+
+def folder(run_dir: Path) -> Path:
+    """Where ``WORKSPACE/runs/RUN_NAME`` is published: ``WORKSPACE/trainbox/published/RUN_NAME``."""
+    return store.published_folder(run_dir.parent.parent, run_dir.name)
+
+
+def read_index(run_dir: Path) -> dict[str, Any]:
+    """The last published snapshot: {"epoch": N, "files": {name: sha256}}, or an empty one."""
+    return store.index(folder(run_dir))
+
+
+def publish(run_dir: Path, epoch: int, *, failed: bool = False) -> dict[str, Any]:
+    """Copy the run's current files into its published folder and index them; unchanged ones are
+    kept.
+    ``failed``: training raised; its train.log joins the small files, and the weights stay
+    as last published (a file being saved when it raised may be torn)."""
+    out = folder(run_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    before = read_index(run_dir)
+    sources = [run_dir / name for name in (*SMALL_FILES, *(("train.log",) if failed else ()))]
+    if failed:
+        sources += [out / name for name in before["files"] if name.endswith(".pt")]
+    else:
+        sources += sorted((run_dir / "weights").glob("*.pt"))
+        sources += sorted((run_dir / "export").glob("*"))  # EXPORT's files, after training
+        sources += sorted((run_dir / "tensorboard").glob("*"))  # loggers=tensorboard's events
+    files = {}
+    for source in sources:
+        if not source.is_file():
+            continue
+        target = out / source.name
+        if source == target or (
+            target.is_file() and source.name in before["files"] and _same(source, target)
+        ):
+            files[source.name] = before["files"][source.name]
+            continue
+        files[source.name] = copy_atomic(source, target)
+    if (out / MANIFEST).is_file():
+        files[MANIFEST] = sha256(out / MANIFEST)
+    index = {"epoch": epoch, "files": files}
+    _write_index(run_dir, index)
+    return index
+
+
+def _write_index(run_dir: Path, index: dict[str, Any]) -> None:
+    store.write_index(folder(run_dir), index)
+
+
+def _same(source: Path, target: Path) -> bool:
+    """Unchanged since it was published: same size, and not written since (mtime)."""
+    src, dst = source.stat(), target.stat()
+    return src.st_size == dst.st_size and src.st_mtime_ns <= dst.st_mtime_ns
+
+
+def provenance(cfg: Any, verdict: dict[str, Any], dataset: dict[str, Any] | None) -> dict:
+    """Where a run's weights come from: versions, hardware, dataset, settings. No secrets:
+    the settings hold none (HF_TOKEN is read from the environment only where it is used)."""
+    from importlib.metadata import version
+
+    from entrypoint import __version__
+    from entrypoint.settings import options
+
+    return {
+        "run": cfg.run_name,
+        "trainbox": __version__,
+        "libreyolo": version("libreyolo"),
+        "torch": verdict.get("torch"),
+        "cuda": verdict.get("torch_cuda"),
+        "driver": verdict.get("driver"),
+        "gpus": [card["name"] for card in verdict.get("gpus", [])],
+        "dataset": dataset,
+        "train_options": options.effective(cfg),
+        "settings": {key: str(value) for key, value in vars(cfg).items()},
+    }
+
+
+def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
+    """The run's provenance, published beside its weights (never a secret in it)."""
+    store.write_manifest(folder(run_dir), manifest)
+
+
+def record_billing(run_dir: Path, bill: dict[str, Any]) -> None:
+    """Keep this container's billed idle seconds (``budget.billed``) in the run's manifest, one
+    entry per container the run has had (a resumed run carries the earlier ones)."""
+    file = folder(run_dir) / MANIFEST
+    if not (manifest := store.manifest(folder(run_dir))):
+        return
+    earlier = [entry for entry in manifest.get("billed", [])
+               if entry.get("container_started") != bill["container_started"]]  # fmt: skip
+    write_manifest(run_dir, {**manifest, "billed": [*earlier, bill]})
+    index = read_index(run_dir)
+    if MANIFEST in index["files"]:  # published: the uploader pushes the new one
+        index["files"][MANIFEST] = sha256(file)
+        _write_index(run_dir, index)
+
+
+class Publisher:
+    """The training callback that publishes after every epoch and at the end.
+
+    A plain class at module level: under DDP, callbacks must be picklable. libreyolo calls it
+    on the main process only.
+    """
+
+    def __init__(self) -> None:
+        self.epoch = 0  # the last epoch finished in this process
+        self._copying: threading.Thread | None = None  # the last epoch's copy
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_copying": None}  # a thread does not pickle (DDP)
+
+    def on_train_epoch_end(self, event: Any) -> None:
+        """Copy the epoch in a thread; the step waits only for the epoch before's copy."""
+        self.epoch = event.epoch
+        self.wait()
+        self._copying = threading.Thread(target=self._publish, name="publish",
+                                         args=(Path(event.save_dir), event.epoch))  # fmt: skip
+        self._copying.start()
+
+    def _publish(self, run_dir: Path, epoch: int) -> None:
+        try:
+            publish(run_dir, epoch)
+        except SourceChanged as err:
+            log.info("epoch %d not published: %s; the next epoch's copy follows", epoch, err)
+        except Exception as err:  # in a thread: said, and the next epoch tries again
+            log.error("publishing epoch %d failed: %s: %s", epoch, type(err).__name__, err)
+
+    def wait(self) -> None:
+        """Until the last epoch's copy is done."""
+        if self._copying is not None:
+            self._copying.join()
+
+    def on_train_end(self, event: Any) -> None:
+        """The run's last epoch: libreyolo's ``completed_epochs`` counts only this session's
+        epochs (``len(trainer.epoch_events)``), which after a resume is fewer."""
+        self.wait()
+        run_dir = Path(event.save_dir)
+        publish(run_dir, max(self.epoch, read_index(run_dir)["epoch"]))
+
+    def on_train_exception(self, event: Any) -> None:
+        """A failure publishes its train.log (the traceback); a stop (SIGINT) is no failure."""
+        self.wait()
+        if not isinstance(event.exception, KeyboardInterrupt):
+            run_dir = Path(event.save_dir)
+            publish(run_dir, read_index(run_dir)["epoch"], failed=True)

@@ -1,0 +1,253 @@
+"""Weights leave the machine while training goes on: the ``uploader`` program and its checks.
+
+Every UPLOAD_INTERVAL seconds the uploader commits what changed in the run's published
+snapshot (``publish``) to ``OUTPUT_REPO`` under ``RUN_NAME/``: one commit per cycle,
+unchanged files skipped by sha256, at most MAX_COMMITS_PER_HOUR (the final flush is never
+held back by that cap, which sits below the Hub's own limit of about 128 per hour).
+
+Weights on the Hub never go backwards: every commit carries ``RUN_NAME/index.json`` (the
+snapshot's epoch and hashes), is made only on top of the commit in which the uploader last
+read the Hub's ``index.json`` (``parent_commit``: the Hub answers 412 when the branch moved,
+and the uploader looks again), and is refused when the Hub already holds a later epoch.
+
+A ledger on the volume, per repo and run, records what the Hub holds (path, sha256, commit)
+across restarts. On SIGTERM (training ended, or ``docker stop``) the uploader pushes what is
+pending in what is left of STOP_GRACE, counted from the stop signal, and exits 0 only if the
+Hub then holds the last snapshot.
+"""
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.gateways import hub
+from entrypoint.settings.config import Config
+from entrypoint.state import budget, status, store
+from entrypoint.training import resume
+from entrypoint.training.publish import INDEX, MANIFEST, read_index, record_billing, write_manifest
+from entrypoint.training.publish import folder as published
+
+log = logging.getLogger("trainbox")
+
+
+def target(cfg: Config) -> hub.Target:
+    return hub.Target("OUTPUT_REPO", cfg.output_repo, repo_type="model")
+
+
+def read_ledger(cfg: Config) -> dict[str, Any]:
+    return store.ledger(cfg.workspace, cfg.output_repo, cfg.run_name)
+
+
+def prepare(cfg: Config, manifest: dict[str, Any]) -> None:
+    """At start, before training: prove HF_TOKEN can write OUTPUT_REPO by committing the run's
+    manifest. A refusal stops the run (exit 7); a Hub that cannot be asked for HUB_WAIT
+    seconds too (exit 5): training without knowing where its weights can go bills blind."""
+    write_manifest(cfg.run_dir, manifest)
+    where = target(cfg)
+    hub.ensure_repo(where, private=True, wait=cfg.hub_wait)
+    start = {f"{cfg.run_name}/{MANIFEST}": published(cfg.run_dir) / MANIFEST}
+    hub.put(where, start, f"{cfg.run_name}: start", wait=cfg.hub_wait)
+    log.info("uploads go to %s/%s (private if it was created now)", cfg.output_repo, cfg.run_name)
+
+
+class Uploader:
+    """One run's uploads: what is pending, and one commit that pushes it."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.ledger = read_ledger(cfg)
+        self.commits: deque[float] = deque()
+        self.last_error = ""
+        self.behind = False  # the Hub holds a later epoch than this volume: never upload
+        self.seen: tuple[int, str | None] | None = None  # (epoch, commit) last read on the Hub
+        self.lock = threading.Lock()  # one push at a time: the cycles' and the final flush's
+
+    def pending(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """(the published index, {name: sha256} of its files the Hub does not hold yet)."""
+        index = read_index(self.cfg.run_dir)
+        held = self.ledger["files"]
+        return index, {
+            name: digest for name, digest in index["files"].items()
+            if held.get(f"{self.cfg.run_name}/{name}", {}).get("sha256") != digest
+        }  # fmt: skip
+
+    def _room(self) -> float:
+        """Seconds until a commit is allowed under MAX_COMMITS_PER_HOUR (0: now)."""
+        now = time.monotonic()
+        while self.commits and now - self.commits[0] > 3600:
+            self.commits.popleft()
+        if len(self.commits) < self.cfg.max_commits_per_hour:
+            return 0.0
+        return 3600 - (now - self.commits[0])
+
+    def push(self, *, wait: float | None = None, final: bool = False) -> bool:
+        """Commit everything pending in one commit; True when nothing is pending afterwards.
+        ``wait``: seconds to wait for an unreachable Hub (UPLOAD_INTERVAL: the next cycle
+        tries again); ``final``: not held by the cap."""
+        wait = self.cfg.upload_interval if wait is None else wait
+        with self.lock:
+            index, pending = self.pending()
+            if not pending:
+                return True
+            if not final and (room := self._room()) > 0:
+                log.warning("upload: %d commits in the last hour; next in %.0fs",
+                            len(self.commits), room)  # fmt: skip
+                return False
+            # Its own folder: a push abandoned at a deadline may still be reading its own.
+            into = published(self.cfg.run_dir)
+            staging = Path(tempfile.mkdtemp(prefix=".uploading-", dir=into))
+            try:
+                return self._commit(index, pending, staging, wait)
+            except Exception as err:  # any: the cycles and the flush must go on trying
+                known = isinstance(err, TrainboxError | hub.BranchMoved)
+                self.last_error = str(err) if known else f"{type(err).__name__}: {err}"
+                log.warning("upload of epoch %d failed: %s", index["epoch"], self.last_error)
+                self._save(pending=len(pending), retrying="")
+                return False
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+
+    def retrying(self, message: str) -> None:
+        """Told of each wait for the Hub during a push: ``trainbox status`` shows it."""
+        self._save(retrying=message)
+
+    def _commit(self, index: dict, pending: dict[str, str], staging: Path, wait: float) -> bool:
+        # Hard links pin the published files: a newer snapshot renamed over them meanwhile
+        # leaves these bytes, the ones hashed for the commit, as they are.
+        for name in pending:
+            os.link(published(self.cfg.run_dir) / name, staging / name)
+        (staging / INDEX).write_text(json.dumps(index, indent=2) + "\n")
+        run, epoch = self.cfg.run_name, index["epoch"]
+        operations = hub.operations({f"{run}/{name}": staging / name
+                                     for name in [*sorted(pending), INDEX]})  # fmt: skip
+        for _ in range(3):  # the branch moved (another run's commit): look again
+            if self.seen is None:
+                self.seen = resume.hub_epoch(self.cfg, wait=wait)
+            held, parent = self.seen
+            if epoch < held:
+                self.behind = True
+                raise TrainboxError(
+                    f"the Hub holds epoch {held} of run {run}, later than this volume's epoch "
+                    f"{epoch}: not uploaded over it; restart to resume from the Hub's",
+                    ExitCode.UPLOAD,
+                )
+            try:
+                info = hub.commit(target(self.cfg), operations, f"{run}: epoch {epoch}",
+                                  parent=parent, wait=wait)  # fmt: skip
+                break
+            except hub.BranchMoved:
+                self.seen = None
+        else:
+            raise hub.BranchMoved(f"{self.cfg.output_repo} kept moving under the commit")
+        # Read while the staged files still exist: for a regular (non-LFS) file the client
+        # hashes lazily, from the file.
+        for op in operations[:-1]:
+            self.ledger["files"][op.path_in_repo] = {"sha256": op.upload_info.sha256.hex(),
+                                                      "commit": info.oid}  # fmt: skip
+        self.seen = (epoch, info.oid)
+        self.commits.append(time.monotonic())
+        self.last_error = ""
+        left = len(self.pending()[1])
+        self._save(pending=left, epoch=epoch, at=store.stamp(), retrying="")
+        log.info("uploaded epoch %d: %s (commit %s)", epoch, ", ".join(sorted(pending)),
+                 info.oid[:12])  # fmt: skip
+        return not left
+
+    def _save(self, **state: Any) -> None:
+        """Write the ledger, with the upload state ``trainbox status`` shows."""
+        self.ledger["state"] = {**self.ledger.get("state", {}), **state,
+                                "last_error": self.last_error}  # fmt: skip
+        store.write_ledger(self.cfg.workspace, self.cfg.output_repo, self.cfg.run_name, self.ledger)
+
+
+def main(cfg: Config, runtime: Path | None = None) -> int:
+    """The supervised uploader: a cycle every UPLOAD_INTERVAL until SIGTERM, then the final
+    flush within what is left of STOP_GRACE since the stop signal (the store's ``stop`` in
+    the runtime folder holds when ``trainbox run`` received it; absent: training ended on its
+    own, now)."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer's interrupt is not ours
+    uploader = Uploader(cfg)
+    hub.listeners[:] = [uploader.retrying]
+
+    def cycles() -> None:
+        while not stop.wait(cfg.upload_interval):
+            uploader.push()  # it fails as one line in the log and the status, never raises
+
+    # In a thread: a push in flight when SIGTERM comes does not eat the flush's budget.
+    threading.Thread(target=cycles, daemon=True).start()
+    stop.wait()
+    hub.abandon()  # a cycle's transfer in flight is of an older snapshot, or stuck
+    stopped_at = store.stop(runtime) if runtime else None
+    return flush(cfg, uploader, stopped_at=stopped_at)
+
+
+def flush(cfg: Config, uploader: Uploader | None = None, stopped_at: float | None = None) -> int:
+    """Push what is pending until STOP_GRACE after ``stopped_at`` (default: now), less a
+    margin; OK only if the Hub then holds it all. A push still in flight at the deadline is
+    abandoned (its thread dies with the process)."""
+    uploader = uploader or Uploader(cfg)
+    deadline = time.monotonic() + budget.flush_left(cfg.stop_grace, stopped_at)
+    log.info("final upload to %s ...", cfg.output_repo)
+    status.record(cfg.workspace, "uploading")
+    if bill := budget.billed(cfg.workspace, time.time()):  # up to this upload
+        record_billing(cfg.run_dir, bill)
+    outcome: list[bool] = []
+
+    def attempts() -> None:
+        while not uploader.behind and (left := deadline - time.monotonic()) > 0:
+            if uploader.push(wait=left, final=True):
+                outcome.append(True)
+                return
+            time.sleep(min(5, max(0.0, deadline - time.monotonic())))
+
+    worker = threading.Thread(target=attempts, daemon=True)
+    worker.start()
+    worker.join(max(0.0, deadline - time.monotonic()))
+    status.record(cfg.workspace, "uploading", upload=uploader.ledger.get("state", {}))
+    if outcome:
+        log.info("final upload done: the Hub holds epoch %d", read_index(cfg.run_dir)["epoch"])
+        return ExitCode.OK
+    log.error("final upload failed (%s): %d file(s) are only on the volume",
+              uploader.last_error or "out of time", len(uploader.pending()[1]))  # fmt: skip
+    return ExitCode.UPLOAD
+
+
+def verify(cfg: Config) -> bool:
+    """True when the Hub holds every file the run last published, by hash: the LFS sha256, or
+    for a regular file the git blob id of the local copy that the ledger says was uploaded."""
+    index, held = read_index(cfg.run_dir), read_ledger(cfg)["files"]
+    paths = {f"{cfg.run_name}/{name}": digest for name, digest in index["files"].items()}
+    if not paths or any(held.get(path, {}).get("sha256") != d for path, d in paths.items()):
+        return False
+    try:
+        remote = hub.paths_info(target(cfg), list(paths), wait=min(cfg.hub_wait, 60))
+    except TrainboxError as err:
+        log.warning("could not verify the upload: %s", err)
+        return False
+    for path, digest in paths.items():
+        found = remote.get(path)
+        if found is None:
+            return False
+        if found.lfs:
+            if found.lfs.sha256 != digest:
+                return False
+        elif found.blob_id != _git_blob(published(cfg.run_dir) / path.split("/", 1)[1]):
+            return False
+    return True
+
+
+def _git_blob(path: Path) -> str:
+    data = path.read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()

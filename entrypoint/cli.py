@@ -46,7 +46,7 @@ def check(as_json: bool) -> None:
     """Prove this machine can train: driver, a real kernel on every GPU, shm, disk."""
     from entrypoint.preflight import check as preflight
 
-    result = preflight.run(config.load())
+    result = preflight.run(_supervised()[0])
     if as_json:
         click.echo(json.dumps(result, indent=2))
 

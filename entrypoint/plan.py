@@ -21,7 +21,7 @@ HOURS_PER_MONTH = 720
 
 def checkpoint_bytes(model: str) -> int:
     """A training checkpoint's size for ``model``, from its architecture built on the CPU."""
-    from entrypoint.training.program import architecture
+    from entrypoint.training.weights import architecture
 
     network = architecture(model)
     net = getattr(network, "model", network)

@@ -1,18 +1,28 @@
 """Shared test helpers."""
 
 import os
+import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
+from entrypoint import __version__
+from entrypoint.settings import config
+
 if TYPE_CHECKING:
-    from tests.hub import Hub
+    from tests.standins.hub import Hub
 
 REPO = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
+
+# The provider templates, and what every one of them may hold.
+PROVIDERS = REPO / "configs" / "providers"
+IMAGE = re.compile(rf"^ghcr\.io/[A-Za-z0-9_.-]+/trainbox:{re.escape(__version__)}-cu1[0-9]{{2}}$")
+KNOWN = {key.upper() for key in config.KEYS} | {"HF_TOKEN", "HF_TOKEN_FILE"}
 
 
 def trainbox(
@@ -27,6 +37,11 @@ def trainbox(
         cwd=REPO,
         **kwargs,
     )
+
+
+def settings(workspace: Path, **environ: str) -> config.Config:
+    """The config of a run on ``workspace``, built as ``trainbox run`` builds it."""
+    return config.load({"WORKSPACE": str(workspace), **environ})
 
 
 def client_at(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
@@ -48,12 +63,23 @@ def hub(
     before holds none of them (its shard is refused: seen in CI)."""
     from huggingface_hub.utils import _xet
 
-    from tests.hub import Hub
+    from tests.standins.hub import Hub
 
     monkeypatch.setenv("HF_XET_CACHE", str(tmp_path_factory.mktemp("xet")))
     _xet._GLOBAL_XET_HOLDER.sigint_abort()  # this process's session reads it anew
     with Hub() as server:
         yield server
+
+
+@pytest.fixture
+def cfg(hub: "Hub", tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> config.Config:
+    """A run on ``tmp_path`` that uploads to ``org/w`` on the test Hub: a token that may
+    write, and this process's Hub client pointed at the test Hub."""
+    from tests.standins.hub import GOOD_TOKEN
+
+    monkeypatch.setenv("HF_TOKEN", GOOD_TOKEN)
+    client_at(monkeypatch, hub.url)
+    return settings(tmp_path, OUTPUT_REPO="org/w")
 
 
 def tar_on_hub(hub: "Hub", repo: str, folder: Path, size: int) -> bytes:
@@ -68,3 +94,28 @@ def tar_on_hub(hub: "Hub", repo: str, folder: Path, size: int) -> bytes:
     archive.pack(folder, tar)
     hub.add(repo, {tar.name: tar.read_bytes()})
     return tar.read_bytes()
+
+
+def finishes(work: Callable[[], T], guard: float) -> T:
+    """``work()``'s result, run in a thread; the test fails if it is still running after
+    ``guard`` seconds. A guard against a hang (set far past the deadline under test), never a
+    measurement: the assertions are on what ``work`` returns and what the stand-ins saw."""
+    import threading
+
+    done: list = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(work())
+        except BaseException as err:  # handed to the test's own thread
+            failed.append(err)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(guard)
+    if worker.is_alive():
+        pytest.fail(f"still running after {guard} s: unbounded")
+    if failed:
+        raise failed[0]
+    return done[0]

@@ -14,8 +14,7 @@ import yaml
 from jsonschema.exceptions import ValidationError
 
 from entrypoint.settings import config
-from tests.conftest import REPO
-from tests.test_templates import IMAGE, KNOWN, PROVIDERS
+from tests.conftest import IMAGE, KNOWN, PROVIDERS, REPO
 
 CRDS = REPO / "tests" / "providers"
 # kubeflow/trainer v2.3.0 pkg/constants/constants.go: what the torch plugin sets in the trainer

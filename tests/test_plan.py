@@ -6,7 +6,7 @@ from pathlib import Path
 
 from entrypoint.dataset import archive
 from tests.conftest import trainbox
-from tests.hub import Hub
+from tests.standins.hub import Hub
 
 
 def test_plan_stop_reproduces_the_published_figures() -> None:

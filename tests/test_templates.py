@@ -16,13 +16,10 @@ import yaml
 from entrypoint import __version__
 from entrypoint.preflight.gpu import FLAVOURS
 from entrypoint.settings import config
-from tests.conftest import REPO
+from tests.conftest import IMAGE, KNOWN, PROVIDERS, REPO
 from tests.providers import vastai_query as vast_query
 
-PROVIDERS = REPO / "configs" / "providers"
 PLATFORMS = REPO / "docs" / "platforms.md"  # the templates, each explained
-IMAGE = re.compile(rf"^ghcr\.io/[A-Za-z0-9_.-]+/trainbox:{re.escape(__version__)}-cu1[0-9]{{2}}$")
-KNOWN = {key.upper() for key in config.KEYS} | {"HF_TOKEN", "HF_TOKEN_FILE"}
 BEAM_CLIENT = REPO / ".venv" / "beam-client"
 
 
@@ -234,7 +231,7 @@ def test_modals_stop_reaches_trainbox_as_sigterm_with_time_for_the_final_upload(
     import signal
     import time
 
-    from tests.hub import GOOD_TOKEN
+    from tests.standins.hub import GOOD_TOKEN
 
     module_settings = re.search(r'"STOP_GRACE": "(\d+)"', (PROVIDERS / "modal_app.py").read_text())
     env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}",

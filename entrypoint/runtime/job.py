@@ -7,6 +7,7 @@ upload.
 
 import contextlib
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -104,7 +105,7 @@ def _steps(cfg: Config, runtime: Path) -> int:
     The watchdog watches them all, from the preflight to the final upload."""
     with watchdog.watching(runtime):
         with _stoppable(runtime):
-            ready = _prepare(cfg)
+            ready = _prepare(cfg, runtime)
         if not isinstance(ready, Prepared):
             return ready
         prepared.write(runtime, ready)  # once, for the programs supervisord starts
@@ -138,7 +139,7 @@ def _stoppable(runtime: Path) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _prepare(cfg: Config) -> "int | Prepared":
+def _prepare(cfg: Config, runtime: Path | None = None) -> "int | Prepared":
     """Everything before training, done once; an exit code when the job ends here, else what
     the programs train with (``state.prepared``)."""
     provider.check(cfg)
@@ -149,7 +150,9 @@ def _prepare(cfg: Config) -> "int | Prepared":
         # A final upload that failed last time is retried: completed is not yet safe.
         return upload.flush(cfg) if cfg.output_repo and cfg.node_rank == 0 else ExitCode.OK
     # Preflight in its own process: the CUDA context it opens must not outlive the check.
-    checked = subprocess.run([sys.executable, "-m", "entrypoint", "check"], check=False)
+    # (with this start's runtime folder: it reads the job's settings, as every program does)
+    env = {**os.environ, **({store.RUNTIME: str(runtime)} if runtime else {})}
+    checked = subprocess.run([sys.executable, "-m", "entrypoint", "check"], env=env, check=False)
     if checked.returncode:
         if reason := preflight.read(cfg).get("error"):
             status.record(cfg.workspace, "failed", reason=reason)

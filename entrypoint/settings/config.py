@@ -9,6 +9,7 @@ a ``TrainboxError`` whose message names the key and the values it accepts.
 
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -384,6 +385,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 def load(environ: Mapping[str, str] | None = None) -> Config:
     """Build the run's config from the YAML file and the environment, checked."""
+    sys.audit("trainbox.config.load")  # once per process at most (tests/state/test_store.py)
     environ = os.environ if environ is None else environ
     # trainbox's own names win; an empty one counts as unset, so a launcher's name applies.
     aliased = launchers.aliased(environ)

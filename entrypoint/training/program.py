@@ -17,6 +17,7 @@ from entrypoint.state import store
 from entrypoint.state.prepared import Prepared
 from entrypoint.training import distributed, export, weights
 from entrypoint.training.publish import Publisher
+from entrypoint.training.weights import architecture
 
 log = logging.getLogger("trainbox")
 
@@ -61,22 +62,6 @@ class Clock:
 
     def on_train_exception(self, _event: Any) -> None:
         self._mark("last_step")  # a stop in the middle of an epoch: it trained until now
-
-
-def architecture(model: str, device: str = "cpu") -> Any:
-    """The architecture ``model`` names (e.g. LibreYOLO9t.pt), untrained: no download."""
-    # The registry the libreyolo CLI itself uses to map a model name to its architecture.
-    from libreyolo.cli.config import detect_family_from_model_ref, get_model_class
-
-    model_cls = get_model_class(detect_family_from_model_ref(model))
-    size = model_cls.detect_size_from_filename(Path(model).name) if model_cls else None
-    if size is None:
-        raise TrainboxError(
-            f"MODEL={model!r}: not a LibreYOLO model name such as LibreYOLO9t.pt; "
-            "with PRETRAINED=false the name picks the architecture",
-            ExitCode.CONFIG,
-        )
-    return model_cls(None, size=size, device=device)
 
 
 def _model_device(cfg: Config) -> str:

@@ -15,6 +15,7 @@ import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.gateways import hub
@@ -25,6 +26,22 @@ log = logging.getLogger("trainbox")
 PREFIX = "hf://"
 FOLDER = "weights"  # on the volume: WORKSPACE/weights/ORG/NAME/PATH
 PUBLISHED = re.compile(r"https://huggingface\.co/([^/]+/[^/]+)/resolve/([^/]+)/(.+)")
+
+
+def architecture(model: str, device: str = "cpu") -> Any:
+    """The architecture ``model`` names (e.g. LibreYOLO9t.pt), untrained: no download."""
+    # The registry the libreyolo CLI itself uses to map a model name to its architecture.
+    from libreyolo.cli.config import detect_family_from_model_ref, get_model_class
+
+    model_cls = get_model_class(detect_family_from_model_ref(model))
+    size = model_cls.detect_size_from_filename(Path(model).name) if model_cls else None
+    if size is None:
+        raise TrainboxError(
+            f"MODEL={model!r}: not a LibreYOLO model name such as LibreYOLO9t.pt; "
+            "with PRETRAINED=false the name picks the architecture",
+            ExitCode.CONFIG,
+        )
+    return model_cls(None, size=size, device=device)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from entrypoint.dataset import archive, shards
-from tests.hub import Hub
+from tests.standins.hub import Hub
 
 FILE_SIZE = 512 * 1024
 REPO = "bench/data"

@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.hub import GOOD_TOKEN, Hub
+from tests.standins.hub import GOOD_TOKEN, Hub
 
 DOCKER = os.environ.get("DOCKER", "docker")
 

@@ -7,6 +7,7 @@ tests skip, except under CI, where they fail.
 """
 
 import functools
+import json
 import os
 import re
 import shutil
@@ -14,14 +15,18 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from entrypoint.dataset import archive, demo
 from tests.conftest import REPO
+from tests.standins.hub import GOOD_TOKEN, Hub
 
 DOCKER = os.environ.get("DOCKER", "docker")
 IMAGE = os.environ.get("TRAINBOX_TEST_IMAGE", "trainbox:test")
@@ -157,3 +162,106 @@ def in_volume(image: str, volume: str, *command: str) -> str:
     result = run_container(image, volume, *command[1:], options=("--entrypoint", command[0]))
     assert result.returncode == 0, result.stderr
     return result.stdout
+
+
+# What the container tests share: a tiny CPU run, the test Hub's settings, a dataset on it.
+TRAIN = {"DEVICE": "cpu", "MODEL": "LibreYOLO9t.pt", "PRETRAINED": "false", "BATCH": "8",
+         "IMGSZ": "128", "WORKERS": "0", "MONITOR_HOST": "127.0.0.1"}  # fmt: skip
+
+
+OUTPUT = "org/weights"  # the runs' OUTPUT_REPO on the test Hub
+
+
+def hub_env(hub: Hub, **extra: str) -> dict[str, str]:
+    return {"HF_ENDPOINT": hub.url, "HF_TOKEN": GOOD_TOKEN,
+            "UPLOAD_INTERVAL": "1", **extra}  # fmt: skip
+
+
+def env_for(hub: Hub, **extra: str) -> dict[str, str]:
+    return {**TRAIN, **hub_env(hub), "OUTPUT_REPO": OUTPUT, "MONITOR": "false", **extra}
+
+
+def logs(result) -> str:
+    return result.stdout + result.stderr
+
+
+def shapes_on_the_hub(hub: Hub, tmp_path: Path) -> bytes:
+    demo.ensure(tmp_path / "shapes")
+    archive.pack(tmp_path / "shapes", tmp_path / "shapes.tar")
+    data = (tmp_path / "shapes.tar").read_bytes()
+    hub.add("org/shapes", {"shapes.tar": data})
+    return data
+
+
+PUBLISHED_INDEX = "/workspace/trainbox/published/run/index.json"
+
+
+class Container:
+    """A detached container on host networking, checked for health every second."""
+
+    def __init__(self, image: str, volume: str, env: dict[str, str]) -> None:
+        self.name = f"trainbox-status-{volume[-8:]}"
+        flags = [f for k, v in env.items() for f in ("-e", f"{k}={v}")]
+        self.started = time.monotonic()
+        result = docker("run", "-d", "--name", self.name, "--network", "host",
+                        "-v", f"{volume}:/workspace", "--health-interval", "1s",
+                        "--health-retries", "1", *flags, image)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+
+    def inspect(self) -> tuple[bool, str, int]:
+        """(running, health, exit code)."""
+        fields = "{{.State.Running}} {{.State.Health.Status}} {{.State.ExitCode}}"
+        out = docker("inspect", "--format", fields, self.name)
+        running, health, code = out.stdout.split()
+        return running == "true", health, int(code)
+
+    def status(self, *args: str) -> subprocess.CompletedProcess:
+        return docker("exec", self.name, "trainbox", "status", *args, timeout=30)
+
+    def logs(self) -> str:
+        result = docker("logs", self.name)
+        return result.stdout + result.stderr
+
+    def remove(self) -> None:
+        docker("rm", "-f", self.name)
+
+
+def until(done: Callable[[], bool], box: Container, seconds: float = 300) -> None:
+    """Wait for ``done``; past ``seconds``, fail with the container's log."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < deadline, box.logs()[-3000:]
+        time.sleep(0.5)
+
+
+def phase(box: Container) -> str | None:
+    return json.loads(box.status("--json").stdout or "{}").get("phase")
+
+
+def stop(box: Container, timeout: int) -> tuple[int, str]:
+    """``docker stop -t timeout``: (exit code, log). Docker is the clock: a container still
+    up after ``timeout`` seconds is killed, and exits 137 instead of its own code."""
+    docker("stop", "-t", str(timeout), box.name, timeout=timeout + 60)
+    return box.inspect()[2], box.logs()
+
+
+@contextmanager
+def detached(image: str, volume: str, env: dict[str, str]) -> Iterator[Container]:
+    """A detached container, removed however the test ends."""
+    box = Container(image, volume, env)
+    try:
+        yield box
+    finally:
+        box.remove()
+
+
+def hub_epochs(hub: Hub) -> list[int]:
+    """The epoch of ``run/last.pt`` at each commit that changed it, by the index beside it."""
+    repo = hub.repos[f"models/{REPO}"]
+    found, before = [], None
+    for commit in repo.commits:
+        files = repo.snapshots[commit].files
+        if files.get("run/last.pt") not in (None, before):
+            found.append(json.loads(files["run/index.json"])["epoch"])
+        before = files.get("run/last.pt")
+    return found

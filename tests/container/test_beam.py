@@ -24,8 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.container.conftest import docker
-from tests.container.test_status import TRAIN
+from tests.container.conftest import TRAIN, docker
 
 pytestmark = pytest.mark.container
 

@@ -9,7 +9,7 @@ from entrypoint.dataset import archive, demo
 from entrypoint.errors import ExitCode
 from tests.conftest import tar_on_hub
 from tests.container.conftest import docker, in_volume, run_container
-from tests.hub import GOOD_TOKEN, Hub
+from tests.standins.hub import GOOD_TOKEN, Hub
 
 pytestmark = pytest.mark.container
 

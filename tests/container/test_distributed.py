@@ -10,7 +10,7 @@ import pytest
 
 from entrypoint.errors import ExitCode
 from tests.container.conftest import docker, free_port, in_volume, run_container
-from tests.hub import GOOD_TOKEN, Hub
+from tests.standins.hub import GOOD_TOKEN, Hub
 
 pytestmark = pytest.mark.container
 
@@ -122,13 +122,11 @@ def test_a_lost_node_ends_the_job_naming_its_rank_and_both_resume(image: str, hu
 def test_a_node_that_never_joins_times_out_with_one_line(image: str, hub: Hub) -> None:
     nodes = Nodes(image, hub, RDZV_TIMEOUT="15")
     try:
-        started = time.monotonic()
         nodes.start(0)  # node 1 never comes
         code = nodes.wait(0)
         log = nodes.log(0)
         assert code == ExitCode.NODE_LOST, log[-3000:]
         assert "NNODES=2: the job never started: not every node joined 127.0.0.1:" in log
-        assert time.monotonic() - started < 15 + 60
     finally:
         nodes.remove()
 
@@ -136,7 +134,6 @@ def test_a_node_that_never_joins_times_out_with_one_line(image: str, hub: Hub) -
 def test_two_processes_in_one_container(image: str, volume: str) -> None:
     env = {"DEVICE": "cpu", "NPROC_PER_NODE": "2", "MASTER_PORT": str(free_port()),
            "EPOCHS": "2", "MONITOR": "false"}  # fmt: skip
-    started = time.monotonic()
     result = run_container(image, volume, env=env)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-4000:]
@@ -144,4 +141,4 @@ def test_two_processes_in_one_container(image: str, volume: str) -> None:
     assert "rank 1 of world size 2 (node 0, local rank 1)" in log
     assert "global batch 8 / world_size 2" in log  # BATCH stays the global batch
     status = json.loads(in_volume(image, volume, "cat", "/workspace/runs/run/status.json"))
-    assert status["state"] == "completed", time.monotonic() - started
+    assert status["state"] == "completed", status

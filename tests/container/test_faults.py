@@ -4,87 +4,43 @@ commit, a stop during staging, and two containers on one volume."""
 
 import json
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from entrypoint.errors import ExitCode
-from tests.container.conftest import docker, in_volume, run_container
-from tests.container.test_status import TRAIN, Container, hub_env, shapes_on_the_hub
-from tests.hub import Fault, Hub
+from tests.container.conftest import (
+    OUTPUT,
+    TRAIN,
+    detached,
+    env_for,
+    hub_epochs,
+    in_volume,
+    logs,
+    phase,
+    run_container,
+    shapes_on_the_hub,
+    stop,
+    until,
+)
+from tests.standins.hub import Fault, Hub
 
 pytestmark = pytest.mark.container
-
-REPO = "org/weights"
-
-
-def env_for(hub: Hub, **extra: str) -> dict[str, str]:
-    return {**TRAIN, **hub_env(hub), "OUTPUT_REPO": REPO, "MONITOR": "false", **extra}
-
-
-def logs(result) -> str:
-    return result.stdout + result.stderr
-
-
-def until(done: Callable[[], bool], box: Container, seconds: float = 300) -> None:
-    """Wait for ``done``; past ``seconds``, fail with the container's log."""
-    deadline = time.monotonic() + seconds
-    while not done():
-        assert time.monotonic() < deadline, box.logs()[-3000:]
-        time.sleep(0.5)
-
-
-def phase(box: Container) -> str | None:
-    return json.loads(box.status("--json").stdout or "{}").get("phase")
-
-
-def stop(box: Container, timeout: int) -> tuple[float, int, str]:
-    """``docker stop -t timeout``: (seconds it took, exit code, log)."""
-    stopping = time.monotonic()
-    docker("stop", "-t", str(timeout), box.name, timeout=timeout + 60)
-    took = time.monotonic() - stopping
-    return took, box.inspect()[2], box.logs()
-
-
-@contextmanager
-def detached(image: str, volume: str, env: dict[str, str]) -> Iterator[Container]:
-    """A detached container, removed however the test ends."""
-    box = Container(image, volume, env)
-    try:
-        yield box
-    finally:
-        box.remove()
-
-
-def hub_epochs(hub: Hub) -> list[int]:
-    """The epoch of ``run/last.pt`` at each commit that changed it, by the index beside it."""
-    repo = hub.repos[f"models/{REPO}"]
-    found, before = [], None
-    for commit in repo.commits:
-        files = repo.snapshots[commit].files
-        if files.get("run/last.pt") not in (None, before):
-            found.append(json.loads(files["run/index.json"])["epoch"])
-        before = files.get("run/last.pt")
-    return found
 
 
 def test_a_hub_down_while_a_new_volume_resumes_trains_nothing_and_commits_nothing(
     image: str, volume: str, hub: Hub
 ) -> None:
-    hub.add(REPO, {"run/status.json": b'{"state": "running"}\n',
+    hub.add(OUTPUT, {"run/status.json": b'{"state": "running"}\n',
                    "run/index.json": b'{"epoch": 2, "files": {}}\n',
                    "run/last.pt": b"weights of epoch 2"}, kind="models")  # fmt: skip
-    commits = list(hub.repos[f"models/{REPO}"].commits)
+    commits = list(hub.repos[f"models/{OUTPUT}"].commits)
     hub.faults.append(Fault("/resolve/", status=503, seconds=600))
-    started = time.monotonic()
     result = run_container(image, volume, env=env_for(hub, EPOCHS="5", HUB_WAIT="8"))
-    assert result.returncode == ExitCode.HUB, logs(result)[-3000:]
-    assert time.monotonic() - started < 8 + 60
+    assert result.returncode == ExitCode.HUB, logs(result)[-3000:]  # the Hub's 503s last 600 s
     [line] = [m for m in result.stderr.splitlines() if m.startswith("[trainbox] error:")]
-    assert f"cannot ask the Hub for OUTPUT_REPO={REPO}" in line and "HF_TOKEN" not in line
-    assert hub.repos[f"models/{REPO}"].commits == commits  # nothing committed
+    assert f"cannot ask the Hub for OUTPUT_REPO={OUTPUT}" in line and "HF_TOKEN" not in line
+    assert hub.repos[f"models/{OUTPUT}"].commits == commits  # nothing committed
     state = json.loads(in_volume(image, volume, "trainbox", "status", "--json"))
     assert (state["phase"], state["exit_code"]) == ("failed", ExitCode.HUB)
     assert [phase for phase, _ in state["phases"]][-2:] == ["resuming", "failed"]
@@ -99,7 +55,7 @@ def test_an_older_volume_resumes_from_the_hubs_later_epoch(
     assert first.returncode == 0, logs(first)[-3000:]
     # The Hub's run stopped at epoch 2 ("running"); this volume goes back to its epoch 1,
     # as one reattached after another machine trained further would be.
-    hub.add(REPO, {"run/status.json": b'{"state": "running"}\n'}, kind="models")
+    hub.add(OUTPUT, {"run/status.json": b'{"state": "running"}\n'}, kind="models")
     older = ("import json, pathlib, shutil; run = pathlib.Path('/workspace/runs/run');"
              "shutil.copyfile(run / 'weights/epoch_1.pt', run / 'weights/last.pt');"
              "shutil.rmtree('/workspace/trainbox/published/run');"
@@ -107,7 +63,7 @@ def test_an_older_volume_resumes_from_the_hubs_later_epoch(
     in_volume(image, volume, "python", "-c", older)
     again = run_container(image, volume, env=env_for(hub, EPOCHS="3"))
     assert again.returncode == 0, logs(again)[-4000:]
-    assert f"resuming run run from the last.pt on {REPO} (epoch 2; this volume had 1)" in (
+    assert f"resuming run run from the last.pt on {OUTPUT} (epoch 2; this volume had 1)" in (
         logs(again)
     )
     assert "epoch 3/3 done" in logs(again) and "epoch 2/3 done" not in logs(again)
@@ -125,9 +81,10 @@ def test_a_hub_hanging_on_the_final_upload_ends_within_stop_grace(
         assert hub.xet_hashes  # epoch 1's weights went through Xet, as in production
         hub.faults.append(Fault(route, hang=600, seconds=600))
         until(lambda: "epoch 2/50 done" in box.logs(), box)  # published; its upload hangs
-        took, code, log = stop(box, 120)
+        code, log = stop(box, 20 + 25)
+    # Its own exit, not docker's SIGKILL (137): the final upload gave up at its STOP_GRACE
+    # deadline (20 s), with the Hub hanging for 600 s.
     assert code == ExitCode.UPLOAD, log[-3000:]
-    assert took < 20 + 15, took
     assert "final upload failed" in log
     epochs = hub_epochs(hub)
     assert epochs == sorted(epochs) and epochs[0] == 1, epochs
@@ -138,12 +95,11 @@ def test_a_refused_xet_token_stops_at_start_with_the_tokens_line(
 ) -> None:
     """The Hub refusing the Xet write token (what a read-only token gets): exit 7 at once."""
     hub.faults.append(Fault("/xet-write-token/", status=403, seconds=600))
-    started = time.monotonic()
     result = run_container(image, volume, env=env_for(hub, EPOCHS="1", HUB_WAIT="20"))
     assert result.returncode == ExitCode.UPLOAD, logs(result)[-3000:]
-    assert time.monotonic() - started < 20 + 30
+    assert "retrying" not in logs(result)  # a refusal is not waited on: at once
     [line] = [m for m in result.stderr.splitlines() if m.startswith("[trainbox] error:")]
-    assert f"the Hub refused HF_TOKEN for OUTPUT_REPO={REPO} (403)" in line
+    assert f"the Hub refused HF_TOKEN for OUTPUT_REPO={OUTPUT} (403)" in line
     assert "make a token with write access" in line
 
 
@@ -154,9 +110,8 @@ def test_a_stop_during_staging_exits_130_interrupted_and_leaves_nothing(
     with detached(image, volume, env_for(hub, DATASET_REPO="org/shapes", DOCTOR="false")) as box:
         until(lambda: phase(box) == "staging", box, 120)
         time.sleep(2)  # some bytes in, no staging checkpoint yet (STAGE_CHECKPOINT is 30 s)
-        took, code, log = stop(box, 60)
-    assert code == ExitCode.INTERRUPTED, log[-3000:]
-    assert took < 10, took
+        code, log = stop(box, 20)
+    assert code == ExitCode.INTERRUPTED, log[-3000:]  # its own exit, not docker's SIGKILL
     state = json.loads(in_volume(image, volume, "trainbox", "status", "--json"))
     assert (state["phase"], state["exit_code"]) == ("interrupted", ExitCode.INTERRUPTED)
     assert in_volume(image, volume, "ls", "-A", "/workspace/data").split() == []

@@ -16,10 +16,8 @@ import time
 import pytest
 
 from entrypoint.errors import ExitCode
-from tests.container.conftest import docker, in_volume
-from tests.container.test_faults import env_for, hub_epochs
-from tests.container.test_status import PUBLISHED_INDEX
-from tests.hub import Hub
+from tests.container.conftest import PUBLISHED_INDEX, docker, env_for, hub_epochs, in_volume
+from tests.standins.hub import Hub
 
 pytestmark = pytest.mark.container
 

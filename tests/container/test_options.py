@@ -7,9 +7,8 @@ import pytest
 import yaml
 
 from entrypoint.errors import ExitCode
-from tests.container.conftest import docker, in_volume, run_container
-from tests.container.test_faults import REPO, env_for, logs
-from tests.hub import Hub
+from tests.container.conftest import OUTPUT, docker, env_for, in_volume, logs, run_container
+from tests.standins.hub import Hub
 
 pytestmark = pytest.mark.container
 
@@ -23,12 +22,12 @@ def test_train_args_reach_libreyolo_and_the_manifest_and_a_changed_resume_is_ref
     assert done.returncode == 0, logs(done)[-3000:]
     used = yaml.safe_load(in_volume(image, volume, "cat", "/workspace/runs/run/train_config.yaml"))
     assert (used["optimizer"], used["lr0"], used["mosaic_prob"]) == ("adamw", 0.002, 0)
-    files = hub.repos[f"models/{REPO}"].files
+    files = hub.repos[f"models/{OUTPUT}"].files
     manifest = json.loads(files["run/manifest.json"])
     assert manifest["train_options"] == {"optimizer": "adamw", "lr0": 0.002, "mosaic_prob": 0}
 
     # The run on the Hub, as a machine that was stopped would leave it; a new volume resumes it.
-    hub.add(REPO, {"run/status.json": b'{"state": "running"}\n'}, kind="models")
+    hub.add(OUTPUT, {"run/status.json": b'{"state": "running"}\n'}, kind="models")
     other = OPTIONS.replace("lr0=0.002", "lr0=0.01")
     refused = run_container(image, f"{volume}-2", env=env_for(hub, EPOCHS="3", TRAIN_ARGS=other))
     try:
@@ -49,7 +48,7 @@ def test_export_onnx_leaves_a_loadable_model_in_the_run_and_on_the_hub(
     assert done.returncode == 0, logs(done)[-3000:]
     listed = in_volume(image, volume, "ls", "/workspace/runs/run/export").split()
     assert listed == ["best.onnx"]
-    held = hub.repos[f"models/{REPO}"].files["run/best.onnx"]
+    held = hub.repos[f"models/{OUTPUT}"].files["run/best.onnx"]
     (tmp_path / "best.onnx").write_bytes(held)
     onnx.checker.check_model(onnx.load(tmp_path / "best.onnx"))  # loadable, on the host
     state = json.loads(in_volume(image, volume, "trainbox", "status", "--json"))

@@ -6,7 +6,7 @@ import pytest
 
 from entrypoint.errors import ExitCode
 from tests.container.conftest import TESTED_CUDA, in_volume, run_container
-from tests.hub import Hub
+from tests.standins.hub import Hub
 
 pytestmark = pytest.mark.container
 

@@ -12,10 +12,9 @@ from collections.abc import Iterator
 import pytest
 
 from entrypoint.errors import ExitCode
-from tests.container.conftest import docker
-from tests.container.test_status import TRAIN, hub_env
-from tests.hub import Hub
-from tests.provider import Provider
+from tests.container.conftest import TRAIN, docker, hub_env
+from tests.standins.hub import Hub
+from tests.standins.provider import Provider
 
 pytestmark = pytest.mark.container
 

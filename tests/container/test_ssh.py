@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.container.conftest import docker, free_port
-from tests.container.test_faults import detached, until
-from tests.container.test_status import TRAIN
+from tests.container.conftest import TRAIN, detached, docker, free_port, until
 
 pytestmark = pytest.mark.container
 

@@ -11,7 +11,7 @@ import pytest
 from entrypoint.dataset import archive, demo
 from entrypoint.errors import ExitCode
 from tests.container.conftest import docker, in_volume, run_container
-from tests.hub import GOOD_TOKEN, Fault, Hub
+from tests.standins.hub import GOOD_TOKEN, Fault, Hub
 
 pytestmark = pytest.mark.container
 

@@ -5,10 +5,16 @@ training with its line."""
 import pytest
 
 from entrypoint.errors import ExitCode
-from tests.container.conftest import docker, in_volume, run_container
-from tests.container.test_faults import REPO, env_for, logs
-from tests.container.test_status import shapes_on_the_hub
-from tests.hub import Hub
+from tests.container.conftest import (
+    OUTPUT,
+    docker,
+    env_for,
+    in_volume,
+    logs,
+    run_container,
+    shapes_on_the_hub,
+)
+from tests.standins.hub import Hub
 
 pytestmark = pytest.mark.container
 
@@ -22,12 +28,12 @@ def test_a_new_run_starts_from_an_earlier_runs_weights_on_the_hub(
     hub.rate = len(data) / 3  # staging takes about 3 s: the weights come meanwhile
     second_volume = f"{volume}-2"
     start = {"DATASET_REPO": "org/shapes", "DOCTOR": "false", "RUN_NAME": "second",
-             "MODEL": f"hf://{REPO}/run/best.pt", "EPOCHS": "1"}  # fmt: skip
+             "MODEL": f"hf://{OUTPUT}/run/best.pt", "EPOCHS": "1"}  # fmt: skip
     try:
         second = run_container(image, second_volume, env=env_for(hub, **start))
         assert second.returncode == 0, logs(second)[-3000:]
-        fetched = in_volume(image, second_volume, "ls", f"/workspace/weights/{REPO}/run")
-        nope = {**start, "RUN_NAME": "third", "MODEL": f"hf://{REPO}/run/nope.pt"}
+        fetched = in_volume(image, second_volume, "ls", f"/workspace/weights/{OUTPUT}/run")
+        nope = {**start, "RUN_NAME": "third", "MODEL": f"hf://{OUTPUT}/run/nope.pt"}
         missing = run_container(image, second_volume, env=env_for(hub, **nope))
     finally:
         docker("volume", "rm", "-f", second_volume)
@@ -38,7 +44,7 @@ def test_a_new_run_starts_from_an_earlier_runs_weights_on_the_hub(
     assert "fetching the start weights run/best.pt from org/weights" in logs(second)
     assert missing.returncode == ExitCode.DATASET, logs(missing)[-3000:]
     [line] = [m for m in missing.stderr.splitlines() if m.startswith("[trainbox] error:")]
-    assert line.endswith(f"MODEL=hf://{REPO}/run/nope.pt: run/nope.pt is not in the Hub model "
-                         f"repo {REPO} (or the repo is private and HF_TOKEN cannot read it): "
+    assert line.endswith(f"MODEL=hf://{OUTPUT}/run/nope.pt: run/nope.pt is not in the Hub model "
+                         f"repo {OUTPUT} (or the repo is private and HF_TOKEN cannot read it): "
                          "check the name, or set HF_TOKEN")  # fmt: skip
     assert "supervisord" not in logs(missing)

@@ -14,7 +14,7 @@ import pytest
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.state import store
 from tests.conftest import REPO, trainbox
-from tests.hub import GOOD_TOKEN, Hub
+from tests.standins.hub import GOOD_TOKEN, Hub
 
 PACKAGE = REPO / "entrypoint"
 STORE = PACKAGE / "state" / "store.py"
@@ -154,21 +154,36 @@ def test_a_volume_that_cannot_be_written_is_the_preflights_error(tmp_path: Path)
 NOT_RUN_STATE = ("supervisord.conf", os.sep + "published" + os.sep, os.sep + ".uploading-")
 
 
-def test_in_a_real_run_only_the_store_opens_run_state_files(tmp_path: Path, hub: Hub) -> None:
-    workspace, scratch, log = tmp_path / "ws", tmp_path / "tmp", tmp_path / "opened.tsv"
+@pytest.fixture(scope="module")
+def audited(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One real run (1 epoch on the CPU, uploads to the test Hub, an export), every Python
+    process of it under the audit hook (tests/state/audit): what each opened, and where the
+    config was built."""
+    tmp_path = tmp_path_factory.mktemp("audited")
+    workspace, scratch, log = tmp_path / "ws", tmp_path / "tmp", tmp_path / "audit.tsv"
     scratch.mkdir()
     roots = [str(workspace / store.FOLDER), str(scratch / "trainbox-")]
-    env = {"WORKSPACE": str(workspace), "DEVICE": "cpu", "EPOCHS": "1", "MONITOR": "false",
-           "HF_ENDPOINT": hub.url, "HF_TOKEN": GOOD_TOKEN, "OUTPUT_REPO": "org/weights",
-           "UPLOAD_INTERVAL": "1", "EXPORT": "torchscript", "DATA": "", "DATASET_REPO": "",
-           "TRAINBOX_CONFIG": "", "TMPDIR": str(scratch),
-           "PYTHONPATH": str(REPO / "tests" / "state" / "audit"),
-           "TRAINBOX_AUDIT": str(log), "TRAINBOX_AUDIT_ROOTS": os.pathsep.join(roots)}  # fmt: skip
-    began = time.time()
-    done = trainbox("run", env=env, timeout=600)
+    with Hub() as hub:
+        env = {"WORKSPACE": str(workspace), "DEVICE": "cpu", "EPOCHS": "1", "MONITOR": "false",
+               "HF_ENDPOINT": hub.url, "HF_TOKEN": GOOD_TOKEN, "OUTPUT_REPO": "org/weights",
+               "UPLOAD_INTERVAL": "1", "EXPORT": "torchscript", "DATA": "", "DATASET_REPO": "",
+               "TRAINBOX_CONFIG": "", "TMPDIR": str(scratch), "HF_XET_CACHE": str(tmp_path / "xet"),
+               "PYTHONPATH": str(REPO / "tests" / "state" / "audit"),
+               "TRAINBOX_AUDIT": str(log),
+               "TRAINBOX_AUDIT_ROOTS": os.pathsep.join(roots)}  # fmt: skip
+        began = time.time()
+        done = trainbox("run", env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    opened = [line.split("\t") for line in log.read_text().splitlines()]
-    run_state = [(who, path) for who, path in opened if not any(n in path for n in NOT_RUN_STATE)]
+    lines = [line.split("\t") for line in log.read_text().splitlines()]
+    opened = [(who, path) for kind, who, path in lines if kind == "open"]
+    loads = [(pid, argv) for kind, pid, argv in lines if kind == "config.load"]
+    return {"workspace": workspace, "began": began, "opened": opened, "loads": loads}
+
+
+def test_in_a_real_run_only_the_store_opens_run_state_files(audited: dict) -> None:
+    workspace = audited["workspace"]
+    run_state = [(who, path) for who, path in audited["opened"]
+                 if not any(n in path for n in NOT_RUN_STATE)]  # fmt: skip
     # The run wrote and read its run state: status, clock, verdict, settings, codes, ledger.
     names = {Path(path).name for _, path in run_state}
     assert {"status.json", "clock.json", "preflight.json", "settings.json", "prepared.json",
@@ -178,8 +193,26 @@ def test_in_a_real_run_only_the_store_opens_run_state_files(tmp_path: Path, hub:
                         if who != "entrypoint/state/store.py"})  # fmt: skip
     assert not strangers, "\n".join(strangers)
     state = store.status(workspace)
-    assert store.moment(state["started_at"]) >= int(began) - 1
+    assert store.moment(state["started_at"]) >= int(audited["began"]) - 1
     # The train program reported its export in a file of its own; the job put it in the status.
-    assert state["export"] == store.export_report(workspace) == {
-        "torchscript": "export/best.torchscript"
-    }
+    assert (
+        state["export"]
+        == store.export_report(workspace)
+        == {"torchscript": "export/best.torchscript"}
+    )
+
+
+PROGRAMS = ("train", "upload", "watchdog", "monitor", "supervise-listener", "launch")
+
+
+def test_in_a_real_run_the_config_is_built_once_and_never_by_a_program(audited: dict) -> None:
+    """`trainbox run` builds it; every program the job starts (the preflight's `trainbox
+    check` too) reads the job's settings instead."""
+    per_process: dict[str, list[str]] = {}
+    for pid, argv in audited["loads"]:
+        per_process.setdefault(pid, []).append(argv)
+    assert all(len(argvs) == 1 for argvs in per_process.values()), per_process
+    commands = sorted(argvs[0].split()[-1] for argvs in per_process.values())
+    assert commands == ["run"], commands
+    assert not [a for argvs in per_process.values() for a in argvs
+                if a.split()[-1] in PROGRAMS]  # fmt: skip

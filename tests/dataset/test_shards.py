@@ -17,9 +17,9 @@ import pytest
 from entrypoint.dataset import shards
 from entrypoint.errors import ExitCode
 from tests.conftest import REPO, trainbox
-from tests.hub import GOOD_TOKEN, Fault, Hub
-from tests.test_dataset import digests
-from tests.test_dataset import env_for as dataset_env
+from tests.dataset.conftest import digests
+from tests.dataset.conftest import env_for as dataset_env
+from tests.standins.hub import GOOD_TOKEN, Fault, Hub
 
 REPO_ID = "org/big"
 MIB = 1 << 20
@@ -177,13 +177,11 @@ def test_a_file_over_the_hubs_limit_is_refused_before_any_shard_is_written(
     (folder / "data.yaml").write_text("names: {0: a}\n")
     with open(folder / "huge.bin", "wb") as huge:
         huge.truncate(shards.MAX_FILE + 1)
-    started = time.monotonic()
     packed = pack(hub, folder, tmp_path)
     assert packed.returncode == ExitCode.DATASET, packed.stderr
     line = packed.stderr.strip().splitlines()[-1]
     assert line.endswith(f"{folder}/huge.bin: 50.00 GB, over the Hub's 50 GB per file; split it")
-    assert time.monotonic() - started < 60  # not one byte of it read
-    assert not any(method == "POST" for method, _ in hub.requests)
+    assert not any(method == "POST" for method, _ in hub.requests)  # refused before any upload
 
 
 def many_shards(hub: Hub, tmp_path: Path, count: int, size: int) -> Path:

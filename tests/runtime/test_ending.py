@@ -16,8 +16,8 @@ import pytest
 
 from entrypoint.errors import ExitCode
 from tests.conftest import REPO
-from tests.hub import GOOD_TOKEN, Fault, Hub
-from tests.provider import Provider, runpod_answers, vast_answers
+from tests.standins.hub import GOOD_TOKEN, Fault, Hub
+from tests.standins.provider import Provider, runpod_answers, vast_answers
 
 
 @pytest.fixture
@@ -137,7 +137,9 @@ def test_an_unverified_upload_sends_nothing_and_says_so(
     hub.faults.append(Fault("/paths-info/", status=500, times=99))
     try:
         # It waits to be stopped (an exit would be started again): the user stops it.
-        result = run(hub, provider, workspace, until="not verified", ON_EXIT="destroy", **VAST)
+        result = run(
+            hub, provider, workspace, until="not verified", ON_EXIT="destroy", HUB_WAIT="5", **VAST
+        )  # fmt: skip  (the verification gives up after 5 s)
     finally:
         hub.faults.clear()
     assert result.returncode == 0, result.stderr[-3000:]

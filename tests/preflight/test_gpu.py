@@ -10,7 +10,7 @@ import pytest
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.preflight import check as preflight
 from entrypoint.preflight import gpu
-from entrypoint.settings import config
+from tests.conftest import settings
 
 CU130_ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
 H200 = gpu.Device("NVIDIA H200", 150_000_000_000, (9, 0))
@@ -173,48 +173,45 @@ def test_device_indices_select_and_are_checked() -> None:
     )
 
 
-def cfg(tmp_path: Path, **environ: str) -> config.Config:
-    return config.load({"WORKSPACE": str(tmp_path), **environ})
-
-
 ROOMY = preflight.System(shm=8 << 30, cpus=16, free=100 << 30)
 
 
 def test_small_shm_lowers_the_workers_or_stops_as_the_setting_says(tmp_path: Path) -> None:
     small = replace(ROOMY, shm=64 << 20)
-    workers, notes = preflight.fit_workers(cfg(tmp_path, WORKERS="4"), small)
+    workers, notes = preflight.fit_workers(settings(tmp_path, WORKERS="4"), small)
     assert workers == 0
     assert notes == [
         "/dev/shm is 64 MB: WORKERS lowered from 4 to 0 (SHM_POLICY=lower); run "
         "with --shm-size 16g (compose: shm_size) or --ipc host to load data faster"
     ]
     with pytest.raises(TrainboxError) as caught:
-        preflight.fit_workers(cfg(tmp_path, WORKERS="4", SHM_POLICY="stop"), small)
+        preflight.fit_workers(settings(tmp_path, WORKERS="4", SHM_POLICY="stop"), small)
     assert str(caught.value) == (
         "/dev/shm is 64 MB, too small for WORKERS=4 dataloader workers: run with --shm-size 16g "
         "(compose: shm_size) or --ipc host, or set WORKERS=0"
     )
-    assert preflight.fit_workers(cfg(tmp_path, WORKERS="4"), ROOMY) == (4, [])
-    assert preflight.fit_workers(cfg(tmp_path, WORKERS="0"), small) == (0, [])
-    assert (
-        "more than the 16 CPUs" in preflight.fit_workers(cfg(tmp_path, WORKERS="32"), ROOMY)[1][0]
-    )
+    assert preflight.fit_workers(settings(tmp_path, WORKERS="4"), ROOMY) == (4, [])
+    assert preflight.fit_workers(settings(tmp_path, WORKERS="0"), small) == (0, [])
+    [note] = preflight.fit_workers(settings(tmp_path, WORKERS="32"), ROOMY)[1]
+    assert "more than the 16 CPUs" in note
 
 
 def test_an_unwritable_volume_stops(tmp_path: Path) -> None:
     with pytest.raises(TrainboxError, match="is not writable \\(Read-only file system\\): mount"):
         preflight.check(
-            cfg(tmp_path), FakeProbe(), replace(ROOMY, unwritable="Read-only file system")
+            settings(tmp_path), FakeProbe(), replace(ROOMY, unwritable="Read-only file system")
         )
 
 
 def test_the_verdict_is_written_pass_or_fail(tmp_path: Path) -> None:
-    result = preflight.run(cfg(tmp_path, DEVICE="auto"), FakeProbe())
-    assert preflight.read(cfg(tmp_path)) == result
+    result = preflight.run(settings(tmp_path, DEVICE="auto"), FakeProbe())
+    assert preflight.read(settings(tmp_path)) == result
     assert result["ok"] and result["gpus"][0]["kernel_seconds"] == 0.0012
     with pytest.raises(TrainboxError):
-        preflight.run(cfg(tmp_path, DEVICE="auto"), FakeProbe(cards=[], driver_answer=(None, None)))
-    written = preflight.read(cfg(tmp_path))
+        preflight.run(
+            settings(tmp_path, DEVICE="auto"), FakeProbe(cards=[], driver_answer=(None, None))
+        )
+    written = preflight.read(settings(tmp_path))
     assert written["ok"] is False and written["exit_code"] == ExitCode.PREFLIGHT
     assert written["error"].startswith("no GPU visible")
 
@@ -224,17 +221,18 @@ def test_more_processes_than_selected_gpus_stops_before_training(tmp_path: Path)
     after ~30 s with "device_id cuda:1 is out of range". The preflight says it at once."""
     two = FakeProbe(cards=[H200, H200])
     with pytest.raises(TrainboxError) as caught:
-        preflight.check(cfg(tmp_path, DEVICE="0", NPROC_PER_NODE="2"), two, ROOMY)
+        preflight.check(settings(tmp_path, DEVICE="0", NPROC_PER_NODE="2"), two, ROOMY)
     assert caught.value.code == ExitCode.PREFLIGHT
     assert str(caught.value) == (
         "NPROC_PER_NODE=2: more training processes than the 1 GPU(s) DEVICE=0 selects, and "
         "each needs a card of its own: set NPROC_PER_NODE=0 (one per GPU) or at most 1"
     )
-    both = preflight.check(cfg(tmp_path, DEVICE="auto", NPROC_PER_NODE="2"), two, ROOMY)
+    both = preflight.check(settings(tmp_path, DEVICE="auto", NPROC_PER_NODE="2"), two, ROOMY)
     assert [card["index"] for card in both["gpus"]] == [0, 1]
     # On the CPU, processes are not cards: two local ranks are fine (issue #8's CPU test).
     assert (
-        preflight.check(cfg(tmp_path, DEVICE="cpu", NPROC_PER_NODE="2"), two, ROOMY)["gpus"] == []
+        preflight.check(settings(tmp_path, DEVICE="cpu", NPROC_PER_NODE="2"), two, ROOMY)["gpus"]
+        == []
     )
 
 

@@ -12,7 +12,7 @@ from entrypoint.settings import config
 from entrypoint.state.prepared import Prepared
 from entrypoint.training import weights
 from tests.conftest import client_at, tar_on_hub
-from tests.hub import GOOD_TOKEN, Hub
+from tests.standins.hub import GOOD_TOKEN, Hub
 
 CHECKPOINT = b"an earlier run's best weights" * 40_000  # ~1.2 MB
 

@@ -7,7 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parent / "gpu" / "acceptance.py"
+from tests.conftest import REPO
+
+SCRIPT = REPO / "tests" / "gpu" / "acceptance.py"
 NOT_ON_A_BARE_MACHINE = ("pydantic", "click", "typer", "yaml", "huggingface_hub", "libreyolo")
 
 

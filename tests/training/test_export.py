@@ -11,7 +11,7 @@ from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.settings import config
 from entrypoint.state import status, store
 from entrypoint.training import export, publish
-from entrypoint.training.program import architecture
+from entrypoint.training.weights import architecture
 
 
 def load(workspace: Path, formats: str) -> config.Config:

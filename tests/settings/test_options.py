@@ -13,7 +13,7 @@ from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.settings import config, options
 from entrypoint.training import resume
 from tests.conftest import trainbox
-from tests.hub import GOOD_TOKEN, Hub
+from tests.standins.hub import GOOD_TOKEN, Hub
 
 DEMO = {"MODEL": "LibreYOLO9t.pt", "PRETRAINED": "false"}
 

@@ -2,7 +2,7 @@
 
 Built from the public specification (huggingface/hub-docs ``docs/xet/``: ``api.md``,
 ``xorb.md``, ``shard.md``, ``download-protocol.md``, ``auth.md``; read 2026-12-01) and checked
-against the real client, hf_xet 1.8.0 through huggingface_hub 2.4.0 (``tests/test_hub_double.py``
+against the real client, hf_xet 1.8.0 through huggingface_hub 2.4.0 (``tests/standins/test_hub.py``
 uploads with it and downloads byte for byte).
 
 - A xorb is a run of chunks, each an 8-byte header (version 0, compressed size u24, compression

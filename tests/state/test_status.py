@@ -12,7 +12,7 @@ from entrypoint.dataset.stage import Meter
 from entrypoint.state import budget, status, store, view
 from entrypoint.training import progress, publish
 from tests.conftest import REPO, trainbox
-from tests.hub import GOOD_TOKEN, Hub
+from tests.standins.hub import GOOD_TOKEN, Hub
 
 
 def test_phases_keep_what_was_recorded_and_a_fresh_start_resets(tmp_path: Path) -> None:

@@ -54,7 +54,8 @@ source, 2026-11-30, unless said otherwise):
   ``POST /v2/shards`` (NDJSON ``result`` event) and ``/v1/shards`` register each file whose
   terms name stored chunks making the bytes of its sha256 (else 400), which then count as an
   uploaded LFS object for the commit; ``GET /v{1,2}/reconstructions/ID`` (with ``Range``)
-  point at ``/xorb-data/HASH`` byte ranges, one range per URL. The formats: ``tests/xet.py``.
+  point at ``/xorb-data/HASH`` byte ranges, one range per URL. The formats:
+  ``tests/standins/xet.py``.
 - LFS files: ``/resolve/`` answers 302 to a bridge on another origin (``bridge_url``; the real
   one is another host, and huggingface_hub follows a same-origin redirect with the token,
   ``utils/_http.py``), with ``X-Repo-Commit``, ``X-Linked-Etag`` and ``X-Linked-Size`` on the
@@ -86,7 +87,7 @@ Where it still simplifies:
 - Revisions: only ``main`` and full 40-hex commit shas; no other branches, tags, short shas or
   pull requests. Commits go to ``main`` only. A commit id is the sha1 of the parent and the
   changes, not of a git commit object. No 128-commits-per-hour limit. Xet: no hash is
-  recomputed (``tests/xet.py`` says what is checked instead), tokens never expire within a
+  recomputed (``tests/standins/xet.py`` says what is checked instead), tokens never expire within a
   test, every bridge and xorb URL is one unsigned origin, files added with ``add`` are LFS
   without Xet (no ``X-Xet-Hash``: served by the bridge only, as older LFS files are).
 - A fault with a status or a hang applies to the request it first matches; one that only cuts
@@ -110,7 +111,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote
 
-from tests import xet
+from tests.standins import xet
 
 GOOD_TOKEN = "hf_testtoken_good"
 READ_TOKEN = "hf_testtoken_read"  # may read everything public and private, write nothing
@@ -623,10 +624,7 @@ class Hub:
                         401 if repo.private else 403, "GatedRepo" if repo.gated else "RepoNotFound"
                     )
                     return
-                with hub._lock:
-                    found = repo.at(revision)
-                if found is None:
-                    self._error(404, "RevisionNotFound")
+                if (found := self._at(repo, revision)) is None:
                     return
                 commit, snapshot = found
                 if name not in snapshot.files:
@@ -890,6 +888,14 @@ class Hub:
                     return
                 self._json(200, {"url": f"{hub.url}/{key}", "name": repo_id})
 
+            def _at(self, repo: "Repo", revision: str) -> "tuple[str, Snapshot] | None":
+                """``repo`` at ``revision`` (commit, snapshot), or None with the Hub's 404 sent."""
+                with hub._lock:
+                    found = repo.at(revision)
+                if found is None:
+                    self._error(404, "RevisionNotFound")
+                return found
+
             def _paths_info(self, key: str, revision: str, body: bytes) -> None:
                 """What the Hub holds at these paths at ``revision``: the git blob id, and for
                 LFS files the sha256 and size."""
@@ -897,10 +903,7 @@ class Hub:
                 if repo is None or not self._authorized(repo):
                     self._error(404, "RepoNotFound")
                     return
-                with hub._lock:
-                    found = repo.at(revision)
-                if found is None:
-                    self._error(404, "RevisionNotFound")
+                if (found := self._at(repo, revision)) is None:
                     return
                 snapshot = found[1]
                 entries = []

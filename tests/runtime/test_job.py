@@ -1,0 +1,103 @@
+"""The job's own rules, one by one: it hands its programs what it prepared (never a patched
+environment), reports the billed-idle seconds once, and turns a stop signal before training
+into a clean exit. (Whole runs: tests/state/test_store.py, tests/runtime/test_ending.py.)"""
+
+import ast
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.runtime import job
+from entrypoint.state import prepared, status, store
+from entrypoint.training import publish
+from tests.conftest import REPO, settings
+
+# hf_xet reads its timeouts and cache limits from the environment alone: the Hub gateway sets
+# its defaults there (a user's own HF_XET_* win). Nothing else writes the environment.
+ALLOWED = {("entrypoint/gateways/hub.py", "os.environ.setdefault")}
+WRITERS = ("update", "setdefault", "pop", "popitem", "clear")
+
+
+def environment_writes(source: str) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            name = ast.unparse(node.func)
+            if name in ("os.putenv", "os.unsetenv") or (
+                ast.unparse(node.func.value) == "os.environ" and node.func.attr in WRITERS
+            ):
+                found.append((node.lineno, name))
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.Delete):
+            targets = [node.target] if isinstance(node, ast.AugAssign) else node.targets
+            for target in targets:
+                if isinstance(target, ast.Subscript) and ast.unparse(target.value) == "os.environ":
+                    found.append((node.lineno, "os.environ[...]"))
+    return sorted(found)
+
+
+def test_nothing_in_the_package_writes_the_environment() -> None:
+    """The job used to patch os.environ so that its children could build the config again."""
+    writes = [f"{module.relative_to(REPO)}:{line}: {name}"
+              for module in sorted((REPO / "entrypoint").rglob("*.py"))
+              for line, name in environment_writes(module.read_text())
+              if (str(module.relative_to(REPO)), name) not in ALLOWED]  # fmt: skip
+    assert not writes, "\n".join(writes)
+    caught = environment_writes(
+        "os.environ.update(A='1')\nos.environ['B'] = '2'\ndel os.environ['C']\n"
+        "os.environ.get('D')\nx = os.environ.get('E', '').strip()\n"
+    )
+    assert caught == [(1, "os.environ.update"), (2, "os.environ[...]"), (3, "os.environ[...]")]
+
+
+def test_the_settings_the_programs_read_are_the_jobs(tmp_path: Path, monkeypatch) -> None:
+    cfg = settings(tmp_path, EPOCHS="7", NODE_RANK="1", NNODES="2", OUTPUT_REPO="org/w",
+                   TRAIN_ARGS="lr0=0.002")  # fmt: skip
+    prepared.write_settings(tmp_path, cfg)
+    ready = prepared.Prepared(cfg, gpus=2, workers=3, data_yaml=tmp_path / "data.yaml")
+    prepared.write(tmp_path, ready)
+    monkeypatch.setenv(store.RUNTIME, str(tmp_path))
+    monkeypatch.setenv("EPOCHS", "1")  # what a program's environment says counts no more
+    assert prepared.settings() == cfg
+    assert prepared.read() == ready
+    monkeypatch.delenv(store.RUNTIME)
+    assert prepared.settings() is None and prepared.read() is None  # run by hand
+
+
+def test_with_output_repo_the_bill_is_the_final_uploads(tmp_path: Path) -> None:
+    cfg = settings(tmp_path, OUTPUT_REPO="org/w")
+    store.for_node(0)
+    store.mark(tmp_path, fresh=True, started=100.0, first_step=130.0, last_step=500.0)
+    uploaded = {"container_started": store.stamp(100.0), "before_training_s": 30,
+                "after_training_s": 4}  # fmt: skip
+    publish.write_manifest(cfg.run_dir, {"run": "run", "billed": [uploaded]})
+    status.record(tmp_path, "completed", fresh=True)
+    job._report_billing(cfg)
+    assert status.read(tmp_path)["billed"] == uploaded  # computed once, by the final upload
+
+
+def test_without_output_repo_the_job_computes_and_keeps_the_bill(tmp_path: Path) -> None:
+    cfg = settings(tmp_path)
+    store.mark(tmp_path, fresh=True, started=100.0, first_step=130.0, last_step=500.0)
+    publish.write_manifest(cfg.run_dir, {"run": "run"})
+    status.record(tmp_path, "completed", fresh=True)
+    job._report_billing(cfg)
+    bill = status.read(tmp_path)["billed"]
+    assert bill["before_training_s"] == 30
+    assert store.manifest(publish.folder(cfg.run_dir))["billed"] == [bill]
+
+
+def test_a_stop_before_training_raises_interrupted_or_the_watchdogs_error(tmp_path: Path) -> None:
+    with pytest.raises(TrainboxError) as stopped, job._stoppable(tmp_path):
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.sigtimedwait([], 0)  # (nothing: the handler has raised by now)
+    assert stopped.value.code == ExitCode.INTERRUPTED
+    assert str(stopped.value).startswith("SIGTERM received before training: stopped")
+    store.write_code(tmp_path, "watchdog", ExitCode.STALLED, reason="no progress for 60 s")
+    with pytest.raises(TrainboxError) as fired, job._stoppable(tmp_path):
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.sigtimedwait([], 0)
+    assert (fired.value.code, str(fired.value)) == (ExitCode.STALLED, "no progress for 60 s")
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # put back as it was

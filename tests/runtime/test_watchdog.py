@@ -1,0 +1,80 @@
+"""The one watchdog: its verdict, its refresh of the status, and how it ends a job that is
+stuck before training (the job's stop handler raises its error: exit 9 with the reason)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+from entrypoint.errors import ExitCode
+from entrypoint.runtime import watchdog
+from entrypoint.state import status, store
+from tests.conftest import REPO, settings
+
+T0 = 1767225600.0  # 2026-01-01T00:00:00Z
+
+
+def state(phase: str, started: float, progress: float) -> dict:
+    return {
+        "phase": phase,
+        "started_at": store.stamp(started),
+        "progress_at": store.stamp(progress),
+    }
+
+
+def test_past_a_limit_the_verdict_names_it_and_an_ended_run_has_none(tmp_path: Path) -> None:
+    cfg = settings(tmp_path, MAX_RUNTIME="60", STALL_TIMEOUT="30")
+    assert watchdog.verdict(cfg, state("training", T0, T0 + 50), now=T0 + 59) is None
+    over = watchdog.verdict(cfg, state("training", T0, T0 + 50), now=T0 + 60)
+    assert over.code == ExitCode.TIME_LIMIT
+    assert "MAX_RUNTIME=60 s reached during training" in str(over)
+    stalled = watchdog.verdict(cfg, state("staging", T0, T0), now=T0 + 30)
+    assert stalled.code == ExitCode.STALLED and "the download received nothing" in str(stalled)
+    # The job settles an ended run: no limit fires while it reports and stops the machine.
+    assert watchdog.verdict(cfg, state("completed", T0, T0), now=T0 + 600) is None
+    assert watchdog.verdict(settings(tmp_path), state("training", T0, T0), now=T0 + 3600) is None
+
+
+def test_a_refresh_keeps_the_jobs_phase_and_copies_training_only_while_it_trains(
+    tmp_path: Path,
+) -> None:
+    cfg = settings(tmp_path)
+    cfg.run_dir.mkdir(parents=True)
+    (cfg.run_dir / "status.json").write_text('{"state": "running", "completed_epochs": 2}')
+    status.record(tmp_path, "staging", fresh=True)
+    assert watchdog.refresh(cfg)["phase"] == "staging"
+    assert "training" not in status.read(tmp_path)
+    status.record(tmp_path, "training")
+    refreshed = watchdog.refresh(cfg)
+    assert refreshed["phase"] == "training" and refreshed["training"]["completed_epochs"] == 2
+
+
+JOB = """
+import sys, tempfile, time
+from pathlib import Path
+from entrypoint.errors import TrainboxError
+from entrypoint.runtime import job, watchdog
+from entrypoint.settings import config
+from entrypoint.state import prepared, status
+cfg = config.load()
+runtime = Path(tempfile.mkdtemp())
+prepared.write_settings(runtime, cfg)
+status.record(cfg.workspace, "staging", fresh=True)
+try:
+    with watchdog.watching(runtime), job._stoppable(runtime):
+        time.sleep(120)  # a download that never moves
+except TrainboxError as err:
+    print(int(err.code), err, flush=True)
+"""
+
+
+def test_a_job_stuck_before_training_ends_with_the_watchdogs_code_and_reason(
+    tmp_path: Path,
+) -> None:
+    env = {"WORKSPACE": str(tmp_path), "STALL_TIMEOUT": "2", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, "-c", JOB], cwd=REPO, env=env, capture_output=True, text=True, timeout=90
+    )  # fmt: skip  (a guard: the limit is 2 s)
+    code, _, reason = done.stdout.strip().partition(" ")
+    assert int(code) == ExitCode.STALLED, done.stderr[-2000:]
+    assert reason.startswith("no progress for") and "during staging" in reason
+    assert "no progress for" in status.read(tmp_path)["reason"]

@@ -257,7 +257,7 @@ def detached(image: str, volume: str, env: dict[str, str]) -> Iterator[Container
 
 def hub_epochs(hub: Hub) -> list[int]:
     """The epoch of ``run/last.pt`` at each commit that changed it, by the index beside it."""
-    repo = hub.repos[f"models/{REPO}"]
+    repo = hub.repos[f"models/{OUTPUT}"]
     found, before = [], None
     for commit in repo.commits:
         files = repo.snapshots[commit].files

@@ -10,22 +10,20 @@ import pytest
 
 from entrypoint.dataset import archive, demo
 from entrypoint.errors import ExitCode
-from tests.container.conftest import docker, in_volume, run_container
+from tests.container.conftest import OUTPUT, docker, in_volume, run_container
 from tests.standins.hub import GOOD_TOKEN, Fault, Hub
 
 pytestmark = pytest.mark.container
 
-REPO = "org/weights"
-
 
 def env_for(hub: Hub, **extra: str) -> dict[str, str]:
     return {"DEVICE": "cpu", "HF_ENDPOINT": hub.url,
-            "HF_TOKEN": GOOD_TOKEN, "OUTPUT_REPO": REPO, "UPLOAD_INTERVAL": "1",
+            "HF_TOKEN": GOOD_TOKEN, "OUTPUT_REPO": OUTPUT, "UPLOAD_INTERVAL": "1",
             **extra}  # fmt: skip
 
 
 def remote(hub: Hub, name: str) -> bytes | None:
-    repo = hub.repos.get(f"models/{REPO}")
+    repo = hub.repos.get(f"models/{OUTPUT}")
     return repo.files.get(f"run/{name}") if repo else None
 
 
@@ -48,7 +46,7 @@ def test_every_epoch_is_uploaded_and_the_hub_matches_the_volume(
         name for name in logs(result).splitlines() if "uploaded epoch" in name and "last.pt" in name
     ]
     assert len(uploads_of_last) >= 3  # after (nearly) every epoch, not only at the end
-    repo = hub.repos[f"models/{REPO}"]
+    repo = hub.repos[f"models/{OUTPUT}"]
     pushed = {repo.snapshots[c].sha256("run/last.pt") for c in repo.commits
               if "run/last.pt" in repo.snapshots[c].files}  # fmt: skip
     assert len(pushed) >= 3 and pushed <= hub.xet_hashes.keys()  # each through Xet, as in prod
@@ -93,7 +91,7 @@ def test_a_bad_token_stops_before_training(image: str, volume: str, hub: Hub) ->
     result = run_container(image, volume, env=env_for(hub, HF_TOKEN="hf_wrong"))
     assert result.returncode == ExitCode.UPLOAD, logs(result)[-3000:]
     [line] = [m for m in result.stderr.splitlines() if m.startswith("[trainbox] error:")]
-    assert "HF_TOKEN" in line and f"OUTPUT_REPO={REPO}" in line
+    assert "HF_TOKEN" in line and f"OUTPUT_REPO={OUTPUT}" in line
     assert "supervisord started" not in logs(result)
 
 
@@ -151,12 +149,12 @@ def test_docker_stop_pushes_the_last_epoch_and_a_new_volume_resumes_from_the_hub
         # A brand-new volume continues from the Hub's last.pt, not from epoch 1.
         again = run_container(image, fresh[1], env=env_for(hub, EPOCHS="5"))
         assert again.returncode == 0, logs(again)[-4000:]
-        assert f"resuming run run from the last.pt on {REPO}" in logs(again)
+        assert f"resuming run run from the last.pt on {OUTPUT}" in logs(again)
         assert "epoch 5/5 done" in logs(again) and "epoch 1/5 done" not in logs(again)
         # Completed on the Hub: another new volume trains nothing.
         done = run_container(image, fresh[2], env=env_for(hub, EPOCHS="5"))
         assert done.returncode == 0, logs(done)[-3000:]
-        assert f"already completed on {REPO}: nothing to train" in logs(done)
+        assert f"already completed on {OUTPUT}: nothing to train" in logs(done)
         assert "supervisord started" not in logs(done)
     finally:
         docker("volume", "rm", "-f", *fresh)
@@ -223,4 +221,4 @@ def test_the_token_is_nowhere(image: str, volume: str, hub: Hub) -> None:
     for where in (rendered, log.stdout, log.stderr):
         assert GOOD_TOKEN not in where
     assert GOOD_TOKEN.encode() not in uploaded
-    assert hub.repos[f"models/{REPO}"].files  # something was uploaded, and searched
+    assert hub.repos[f"models/{OUTPUT}"].files  # something was uploaded, and searched

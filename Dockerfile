@@ -82,8 +82,11 @@ ARG TRAINBOX_VERSION
 ARG TORCH_VERSION
 ARG TORCH_CUDA
 ARG LIBREYOLO_VERSION=1.6.0
-# Optional libreyolo extras, e.g. "rfdetr,lora,onnx", and extra packages, e.g. "wandb".
-ARG LIBREYOLO_EXTRAS=""
+# libreyolo's extras, pinned by the lock (docker/lock.py's EXTRAS): rfdetr (transformers, so
+# that RF-DETR and DINOv2 exist), lora (peft) and onnx (onnxruntime: export_check, INT8 export).
+# Others (tensorrt needs a matching CUDA, openvino, ...) are this build argument's to add, and
+# unpinned; EXTRA_PACKAGES adds packages, e.g. "wandb".
+ARG LIBREYOLO_EXTRAS="rfdetr,lora,onnx"
 ARG EXTRA_PACKAGES=""
 
 LABEL org.opencontainers.image.title="trainbox" \
@@ -108,8 +111,8 @@ ARG PIP_INDEX_URL
 ARG PIP_EXTRA_INDEX_URL
 ARG PIP_FIND_LINKS
 ARG PIP_NO_INDEX
-# 2. libreyolo and the rest (huggingface_hub, hf_xet, supervisor, pyyaml, and onnx for
-#    EXPORT=onnx), pinned by the lock. libreyolo asks for opencv-python (the GUI build: Qt,
+# 2. libreyolo with its extras and the rest (huggingface_hub, hf_xet, supervisor, pyyaml, and
+#    onnx for EXPORT=onnx), pinned by the lock. libreyolo asks for opencv-python (the GUI build: Qt,
 #    and libGL from the system) and mss (a screen grabber it imports only to read a screen):
 #    pip cannot leave out a dependency, so in the same step (they never reach the layer) both
 #    are removed and OpenCV's headless build of the same version takes its place.

@@ -12,7 +12,12 @@ from packaging.requirements import Requirement
 
 TORCH_STACK = ["torch", "torchvision"]
 # onnx: EXPORT=onnx, LibreYOLO's default export format, works in every image (~25 MB).
-ROOTS = ["libreyolo", "huggingface_hub", "hf_xet", "supervisor", "pyyaml", "onnx"]
+# libreyolo's extras in the default image (the Dockerfile's LIBREYOLO_EXTRAS): rfdetr
+# (transformers: RF-DETR and DINOv2 exist only with it), lora (peft) and onnx (onnxruntime
+# for export_check and INT8 export, onnxsim).
+EXTRAS = ["rfdetr", "lora", "onnx"]
+ROOTS = [f"libreyolo[{','.join(EXTRAS)}]", "huggingface_hub", "hf_xet", "supervisor", "pyyaml",
+         "onnx"]  # fmt: skip
 
 
 def _key(name: str) -> str:
@@ -23,19 +28,23 @@ DISTS = {_key(d.metadata["Name"]): d for d in md.distributions()}
 
 
 def closure(roots: list[str]) -> set[str]:
-    """The installed packages that ``roots`` need, themselves included."""
-    seen: set[str] = set()
-    stack = list(roots)
+    """The installed packages that ``roots`` (requirements, extras included) need, themselves
+    included."""
+    seen: set[tuple[str, str]] = set()
+    stack = [Requirement(root) for root in roots]
     while stack:
-        key = _key(stack.pop())
-        if key in seen or key not in DISTS:
+        req = stack.pop()
+        key = _key(req.name)
+        wanted = {(key, extra) for extra in ("", *req.extras)} - seen
+        if key not in DISTS or not wanted:
             continue
-        seen.add(key)
+        seen |= wanted
         for line in DISTS[key].requires or []:
-            req = Requirement(line)
-            if req.marker is None or req.marker.evaluate({"extra": ""}):
-                stack.append(req.name)
-    return seen
+            needed = Requirement(line)
+            extras = [{"extra": extra} for _, extra in wanted]
+            if needed.marker is None or any(needed.marker.evaluate(env) for env in extras):
+                stack.append(needed)
+    return {key for key, _ in seen}
 
 
 if __name__ == "__main__":

@@ -44,9 +44,11 @@ def run(cfg: Config) -> int:
         cfg.device,
     )
     try:
-        # LibreYOLO's options and export formats, checked before anything is touched.
+        # LibreYOLO's options, export formats and image size, checked before anything is
+        # touched.
         options.effective(cfg)
         export.check(cfg)
+        weights.check_size(cfg)
         # sshd stays up while the end waits to be stopped.
         with store.volume(cfg.workspace, cfg.node_rank), ssh.serving(cfg):
             try:
@@ -178,18 +180,22 @@ def _prepare(cfg: Config, runtime: Path | None = None) -> "int | Prepared":
             "OUTPUT_REPO is not set: the weights stay on this volume only; if the "
             "machine goes, they go with it"
         )
-    # The start weights (none when the run goes on from a checkpoint): asked for before a
-    # Hub dataset's long download and fetched meanwhile; after a local one's quick check.
+    # The start weights (none when the run goes on from a checkpoint) and a distillation
+    # teacher: asked for before a Hub dataset's long download and fetched meanwhile; after a
+    # local one's quick check.
     found = None if resume.has_checkpoint(cfg) else weights.source(cfg)
+    teacher = weights.teacher(cfg)  # distill_model's, a resumed run's too
     status.record(cfg.workspace, "staging")
     if cfg.dataset_repo:
         weights.check(cfg, found)
-        start = weights.Background(cfg, found)
+        weights.check(cfg, teacher)
+        fetching = weights.Background(cfg, found, teacher)
         dataset.stage(cfg)
-        start.result()
+        fetching.result()
     else:
         dataset.stage(cfg)
         weights.fetch(cfg, found)
+        weights.fetch(cfg, teacher)
     manifest = publish.provenance(cfg, verdict, dataset.identity(cfg))
     if previous:  # the Hub keeps the run's manifest until the resume is known to be right
         resume.check_dataset(cfg, previous, manifest)

@@ -41,6 +41,20 @@ def _int_at_least(low: int, *, also: int | None = None) -> Parser:
     return parse
 
 
+def _image_size(raw: Any) -> int | tuple[int, int]:
+    """A side in pixels, or height and width as LibreYOLO's CLI reads them (``480x640``,
+    ``480,640``, or a YAML list); a square pair is one side, as LibreYOLO makes it."""
+    side = _int_at_least(32)
+    parts = raw if isinstance(raw, list | tuple) else re.split(r"[xX,]", str(raw).strip())
+    if len(parts) == 1 and not isinstance(raw, list | tuple):
+        return side(raw)
+    try:
+        height, width = (side(part) for part in parts)
+    except ValueError:
+        raise ValueError("expected a whole number >= 32, or HEIGHTxWIDTH such as 480x640") from None
+    return height if height == width else (height, width)
+
+
 def _bool(raw: Any) -> bool:
     text = str(raw).strip().lower()
     if text in {"true", "1", "yes", "on"}:
@@ -305,7 +319,12 @@ class Config:
         _int_at_least(1, also=-1),
         "global batch over all GPUs; `-1` picks the largest that fits",
     )
-    imgsz: int = setting(640, _int_at_least(32), "training image size in pixels")
+    imgsz: int | tuple[int, int] = setting(
+        640,
+        _image_size,
+        "training image size in pixels, or `HEIGHTxWIDTH` (e.g. `480x640`) for a family that "
+        "trains on rectangles",
+    )
     workers: int = setting(4, _int_at_least(0), "dataloader worker processes per GPU")
     shm_policy: str = setting(
         "lower",
@@ -456,7 +475,8 @@ def dump(config: Config) -> dict[str, Any]:
 def restore(values: Mapping[str, Any]) -> Config:
     """The settings ``dump`` wrote, as they were (the job checked them)."""
     kinds = {f.name: f.type for f in fields(Config)}
-    return Config(**{k: Path(v) if kinds[k] is Path else v for k, v in values.items()})
+    return Config(**{k: Path(v) if kinds[k] is Path else tuple(v) if isinstance(v, list) else v
+                     for k, v in values.items()})  # fmt: skip
 
 
 def job_shape(config: Config) -> dict[str, str]:

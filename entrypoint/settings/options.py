@@ -1,13 +1,17 @@
 """LibreYOLO's own training options, from the YAML's ``train:`` mapping and ``TRAIN_ARGS``,
 checked by LibreYOLO's rules before the card bills.
 
-``TRAIN_ARGS`` is LibreYOLO's ``key=value`` syntax (``optimizer=adamw lr0=0.002 cache=ram``);
-each value reads as YAML reads a scalar (``0.002`` a number, ``true`` a boolean, ``[1, 2]`` a
-list), the types a ``train:`` mapping gives too, and the environment wins key by key. The
-checks are LibreYOLO's: the option names and types of the training config class of the model
-family ``MODEL`` resolves to (``libreyolo/training/config.py``), its aliases (``mosaic`` is
-``mosaic_prob``), its spelling hints, and its validators, which run when the config is built.
-Options trainbox sets itself are refused with the setting to use instead.
+``TRAIN_ARGS`` is LibreYOLO's ``key=value`` syntax (``optimizer=adamw lr0=1e-3 cache=ram``).
+Each value is read as YAML reads a scalar (``[1, 2]`` a list, ``true`` a boolean), then, where
+that is not the type the option is annotated with, converted to it the way LibreYOLO's CLI
+converts its options (typer, through pydantic: ``1e-3`` is the float 0.001, which YAML reads as
+a string). The environment wins key by key. The checks are LibreYOLO's, against the config
+class of the trainer the family of ``MODEL`` trains with (``family.py``): its option names and
+types, its aliases for the model's task (``mixup`` is ``mixup_prob`` for a detector), its
+spelling hints, and its validators, which run when the config is built. What the trainer would
+refuse only once training started is refused now: LoRA on a family without it, an option whose
+package the image lacks, a teacher that cannot teach this model. Options trainbox sets itself
+are refused with the setting to use instead.
 """
 
 import re
@@ -20,9 +24,11 @@ from typing import Any
 import yaml
 
 from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.settings import family
 from entrypoint.settings.config import Config
 
 LOGGERS = "loggers"  # LibreYOLO's experiment loggers: a train() argument beside its config
+VAL = "val"  # val=false: no validation while training (TrainConfig.from_kwargs: eval_interval=0)
 
 # LibreYOLO's options that trainbox sets from its own settings, and the setting to use instead.
 OWNED = {
@@ -71,31 +77,27 @@ def requested(cfg: Config) -> tuple[dict[str, Any], dict[str, str]]:
     return merged, where
 
 
-def _family(model: str) -> str | None:
-    """The LibreYOLO family ``model`` names, as its CLI finds it (None: its name does not say)."""
-    from libreyolo.cli.config import detect_family_from_model_ref
-
-    return detect_family_from_model_ref(model.rpartition("/")[2])
-
-
-def config_class(model: str) -> type:
-    """LibreYOLO's training config class for the family ``model`` names (as its CLI finds it)."""
-    from libreyolo.cli.config import get_train_config_class
-
-    family = _family(model)
-    if family is None and (model.startswith("hf://") or model.startswith("/")):
-        # A checkpoint whose family its name does not tell (run/best.pt): LibreYOLO's
-        # options common to every family are checked; the rest by LibreYOLO when it loads.
-        from libreyolo.training.config import TrainConfig
-
-        return TrainConfig
-    if family is None:
+def _family(model: str) -> family.Family | None:
+    """``model``'s family, or None for a checkpoint whose name does not tell (run/best.pt);
+    a name that is no LibreYOLO model's is refused."""
+    found = family.of(model)
+    if found is None and not (model.startswith("hf://") or model.startswith("/")):
         raise TrainboxError(
             f"MODEL={model!r}: not a LibreYOLO model, so its training options cannot be "
             "checked: use a name such as LibreYOLO9s.pt",
             ExitCode.CONFIG,
         )
-    return get_train_config_class(family)
+    return found
+
+
+def config_class(model: str) -> type:
+    """The training config class of the trainer ``model``'s family trains with. For a
+    checkpoint whose family its name does not tell, LibreYOLO's options common to every family
+    (``TrainConfig``); the rest are checked by LibreYOLO when it loads."""
+    from libreyolo.training.config import TrainConfig
+
+    found = _family(model)
+    return found.config if found else TrainConfig
 
 
 def _fits(value: Any, kind: Any) -> bool:
@@ -158,49 +160,107 @@ def _check_loggers(value: Any, where: str) -> None:
 
 def effective(cfg: Config) -> dict[str, Any]:
     """The training options LibreYOLO will be given, checked; a bad one raises one line."""
+    _check_image_size(cfg)
     wanted, where = requested(cfg)
     if not wanted:
         return {}
-    loggers = {LOGGERS: wanted.pop(LOGGERS)} if LOGGERS in wanted else {}
-    if loggers:
-        _check_loggers(loggers[LOGGERS], where[LOGGERS])
-        if not wanted:
-            return loggers
+    passed = {key: wanted.pop(key) for key in (LOGGERS, VAL) if key in wanted}
+    if LOGGERS in passed:
+        _check_loggers(passed[LOGGERS], where[LOGGERS])
+    if VAL in passed and not isinstance(passed[VAL], bool):
+        raise _fail(where[VAL], f"val={passed[VAL]!r}: expected true or false")
     for key in wanted:
         if key in OWNED:
             raise _fail(f"{where[key]}", f"{key} is set by trainbox: use {OWNED[key]}")
-    from libreyolo.training.config import _typo_hint, apply_train_aliases
-
-    cls = config_class(cfg.model)
-    try:
-        options = apply_train_aliases(wanted)
-    except ValueError as err:
-        raise _fail("TRAIN_ARGS", str(err)) from None
-    origin = {apply_train_aliases({k: None}).popitem()[0]: w for k, w in where.items()}
-    known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(options) - set(known))
-    if unknown:
-        hint = _typo_hint({unknown[0]}, set(known))
-        raise _fail(
-            origin.get(unknown[0], "TRAIN_ARGS"),
-            f"{unknown[0]} is not a training option of {cls.__name__}{hint}; "
-            "LibreYOLO's options: https://www.libreyolo.com (docs, training)",
-        )
+    if not wanted:
+        return passed
+    found = _family(cfg.model)
+    options, origin = _named(wanted, where, found.task if found else None)
+    cls = found.config if found else config_class(cfg.model)
+    _check_names(options, origin, cls)
     hints = typing.get_type_hints(cls)
     for key, value in options.items():
-        if not _fits(value, hints[key]):
-            raise _fail(
-                origin.get(key, "TRAIN_ARGS"),
-                f"{key}={value!r}: expected {_shown(hints[key])} ({cls.__name__})",
-            )
+        options[key] = _typed(key, value, hints[key], origin.get(key, "TRAIN_ARGS"), cls)
     try:
         cls(**options)  # LibreYOLO's own validators run here (__post_init__)
     except (ValueError, TypeError) as err:
         first = str(err).strip().splitlines()[0]
         raise _fail("TRAIN_ARGS" if "TRAIN_ARGS" in where.values() else "train", first) from None
-    if "optimizer" in options:
-        _check_optimizer(cfg.model, options["optimizer"], origin.get("optimizer", "TRAIN_ARGS"))
-    return {**options, **loggers}
+    if found:
+        _check_trainer(found, options, origin)
+    _check_packages(options, origin)
+    if teacher := options.get("distill_model"):
+        _check_teacher(found, teacher, origin.get("distill_model", "TRAIN_ARGS"))
+    return {**options, **passed}
+
+
+def _check_image_size(cfg: Config) -> None:
+    """A rectangular IMGSZ only where the family trains on rectangles, both sides divisible
+    by its largest stride: LibreYOLO's ``BaseTrainer.setup`` refuses it once training starts."""
+    if isinstance(cfg.imgsz, int) or (found := _family(cfg.model)) is None:
+        return  # a square, or a checkpoint whose family its name does not tell
+    height, width = cfg.imgsz
+    stride = found.rectangle_stride
+    if stride is None:
+        raise TrainboxError(
+            f"IMGSZ={height}x{width}: {found.name} trains on squares only for {found.task}: "
+            f"set one number, e.g. IMGSZ={max(height, width)}",
+            ExitCode.CONFIG,
+        )
+    if height % stride or width % stride:
+        near = "x".join(str(max(stride, round(side / stride) * stride)) for side in (height, width))
+        raise TrainboxError(
+            f"IMGSZ={height}x{width}: both sides must divide by {stride}, the largest stride of "
+            f"{found.name}: e.g. IMGSZ={near}",
+            ExitCode.CONFIG,
+        )
+
+
+def _named(
+    wanted: dict[str, Any], where: dict[str, str], task: str | None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The options under their field names, LibreYOLO's aliases for ``task`` applied as its
+    model's ``train()`` applies them (``mixup`` is ``mixup_prob`` for a detector, the batch
+    MixUp of the same name for a classifier), and where each came from."""
+    from libreyolo.training.config import apply_train_aliases
+
+    try:
+        options = apply_train_aliases(wanted, task=task)
+    except ValueError as err:
+        raise _fail("TRAIN_ARGS", str(err)) from None
+    origin = {apply_train_aliases({k: None}, task=task).popitem()[0]: w for k, w in where.items()}
+    return options, origin
+
+
+def _check_names(options: dict[str, Any], origin: dict[str, str], cls: type) -> None:
+    from libreyolo.training.config import _typo_hint
+
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        hint = _typo_hint({unknown[0]}, known)
+        raise _fail(
+            origin.get(unknown[0], "TRAIN_ARGS"),
+            f"{unknown[0]} is not a training option of {cls.__name__}{hint}; "
+            "LibreYOLO's options: https://www.libreyolo.com (docs, training)",
+        )
+
+
+def _typed(key: str, value: Any, kind: Any, where: str, cls: type) -> Any:
+    """``value`` as the option's type: as read when it is one, else converted the way
+    LibreYOLO's CLI converts an option (pydantic's lax mode, which typer uses: ``"1e-3"`` is
+    0.001, ``1`` is true); one line when it cannot be."""
+    if _fits(value, kind):
+        return value
+    from pydantic import TypeAdapter
+
+    try:
+        converted = TypeAdapter(kind).validate_python(value)
+    except Exception:  # a ValidationError, or an annotation pydantic has no schema for
+        converted = None
+    if converted is None or not _fits(converted, kind):
+        raise _fail(where, f"{key}={value!r}: expected {_shown(kind)} ({cls.__name__})")
+    return converted
 
 
 # What LibreYOLO 1.6.0's base trainer builds (training/trainer.py, BaseTrainer._setup_optimizer,
@@ -208,21 +268,74 @@ def effective(cfg: Config) -> dict[str, Any]:
 BASE_OPTIMIZERS = ("sgd", "adam", "adamw")
 
 
-def _check_optimizer(model: str, name: str, where: str) -> None:
-    """An optimizer the family's trainer would refuse only once training starts, refused now.
-    A family whose trainer builds its own optimizer, or one this cannot tell, is left to it."""
-    from libreyolo.cli.config import get_model_class
+def _check_trainer(found: family.Family, options: dict[str, Any], origin: dict[str, str]) -> None:
+    """What the family's trainer would refuse only once training started, refused now."""
     from libreyolo.training.trainer import BaseTrainer
 
-    try:
-        wrapper = get_model_class(_family(model))
-        trainer = wrapper._trainer_class(None)  # a class hook that does not use the instance
-    except (AttributeError, TypeError, ImportError):
-        return
+    trainer = found.trainer
+    if options.get("lora") and not found.lora:  # BaseTrainer.setup raises it
+        raise _fail(
+            origin.get("lora", "TRAIN_ARGS"),
+            f"lora=true: {trainer.__name__} has no LoRA fine-tuning ({found.name}); LibreYOLO "
+            "has it for transformer families such as RF-DETR, D-FINE, DEIM and RT-DETR",
+        )
+    name = options.get("optimizer")
     own = trainer._setup_optimizer is not BaseTrainer._setup_optimizer
-    if not own and name.lower() not in BASE_OPTIMIZERS:
+    if name and not own and name.lower() not in BASE_OPTIMIZERS:
         known = ", ".join(BASE_OPTIMIZERS)
-        raise _fail(where, f"optimizer={name}: {trainer.__name__} knows {known}")
+        raise _fail(origin.get("optimizer", "TRAIN_ARGS"),
+                    f"optimizer={name}: {trainer.__name__} knows {known}")  # fmt: skip
+
+
+# An option's value that needs a package the default image may lack: (option, the package it
+# imports, LibreYOLO's extra that installs it). LibreYOLO imports them only once training starts.
+NEEDS = (
+    ("lora", "peft", "lora"),  # training/lora.py: _require_peft
+    ("export_check", "onnxruntime", "onnx"),  # training/export_check.py
+)
+
+
+def _check_packages(options: dict[str, Any], origin: dict[str, str]) -> None:
+    import importlib.util
+
+    for option, package, extra in NEEDS:
+        if options.get(option) and importlib.util.find_spec(package) is None:
+            raise _fail(
+                origin.get(option, "TRAIN_ARGS"),
+                f"{option}=true needs the {package} package, not in this image: build it with "
+                f"LIBREYOLO_EXTRAS={extra}",
+            )
+
+
+def _check_teacher(found: family.Family | None, teacher: str, where: str) -> None:
+    """A teacher LibreYOLO can distil into this model (``BaseTrainer._setup_distillation``):
+    DINOv2 (with transformers) into a model with a backbone tap, or a LibreYOLO detector
+    into one, both with distillation points (``get_distill_config``)."""
+    import importlib.util
+
+    from libreyolo.cli.config import get_model_class
+    from libreyolo.distillation.teachers import is_foundation_teacher
+    from libreyolo.models.base.model import BaseModel
+
+    student = get_model_class(found.name) if found else None
+    if is_foundation_teacher(teacher):
+        if importlib.util.find_spec("transformers") is None:
+            raise _fail(where, f"distill_model={teacher} needs the transformers package, not in "
+                               "this image: build it with LIBREYOLO_EXTRAS=rfdetr")  # fmt: skip
+        if student and not hasattr(student, "get_backbone_distill_config"):
+            raise _fail(where, f"distill_model={teacher}: LibreYOLO distils a foundation model "
+                               f"into YOLO9 only, not {found.name}")  # fmt: skip
+        return
+    taught = family.of(teacher)
+    if taught is None and not teacher.startswith(("hf://", "/")):
+        raise _fail(where, f"distill_model={teacher}: not a LibreYOLO model, dinov2, hf://ORG/"
+                           "NAME/PATH.pt or a path")  # fmt: skip
+    for role, model in (("student", found), ("teacher", taught)):
+        wrapper = get_model_class(model.name) if model else None
+        if wrapper and wrapper.get_distill_config is BaseModel.get_distill_config:
+            raise _fail(where, f"distill_model={teacher}: LibreYOLO has no distillation for "
+                               f"{model.name} as the {role} (it has it for yolo9, yolox and "
+                               "rfdetr)")  # fmt: skip
 
 
 def _shown(kind: Any) -> str:

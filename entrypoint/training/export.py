@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.settings import family
 from entrypoint.settings.config import Config
 from entrypoint.state import store
 from entrypoint.training import publish
@@ -40,24 +41,52 @@ def _registry() -> dict[str, Any]:
 
 
 def check(cfg: Config) -> None:
-    """At start: every EXPORT format is one LibreYOLO has, with the onnx package it needs."""
+    """At start: every EXPORT format is one LibreYOLO has, allows for MODEL's family and task,
+    and finds its packages in this image (its own checks, which it runs only after training)."""
     if not formats(cfg):
         return
     known = _registry()
+    found = family.of(cfg.model)
     for name in formats(cfg):
         if name not in known:
-            raise TrainboxError(
-                f"EXPORT={cfg.export}: {name!r} is not a LibreYOLO export format; it has "
-                f"{', '.join(sorted(known))}",
-                ExitCode.CONFIG,
-            )
+            raise _refused(cfg, f"{name!r} is not a LibreYOLO export format; it has "
+                                f"{', '.join(sorted(known))}")  # fmt: skip
+        if found and (support := _support(found, name)).tier == "blocked":
+            raise _refused(cfg, f"LibreYOLO does not export {found.name} {found.task} to "
+                                f"{name}: {support.reason}")  # fmt: skip
         needs_onnx = name == "onnx" or getattr(known[name], "requires_onnx", False)
         if needs_onnx and importlib.util.find_spec("onnx") is None:
-            raise TrainboxError(
-                f"EXPORT={cfg.export}: {name} needs the onnx package: build the image with "
-                "LIBREYOLO_EXTRAS=onnx",
-                ExitCode.CONFIG,
-            )
+            raise _refused(cfg, f"{name} needs the onnx package: build the image with "
+                                "LIBREYOLO_EXTRAS=onnx")  # fmt: skip
+        try:
+            _available(name)
+        except (ImportError, RuntimeError, OSError) as err:
+            first = str(err).strip().splitlines()[0].split(". ")[0].rstrip(".")
+            raise _refused(cfg, f"{first}; LibreYOLO's extra for it is a build argument: "
+                                f"LIBREYOLO_EXTRAS={name}") from None  # fmt: skip
+
+
+def _refused(cfg: Config, why: str) -> TrainboxError:
+    return TrainboxError(f"EXPORT={cfg.export}: {why}", ExitCode.CONFIG)
+
+
+def _support(found: family.Family, name: str) -> Any:
+    """LibreYOLO's export support policy for a family, task and format (``export/support.py``)."""
+    from libreyolo.export.support import get_support
+
+    return get_support(found.name, found.task, name)
+
+
+def _available(name: str) -> None:
+    """LibreYOLO's own check that a format's packages are installed, the one its exporter runs
+    before exporting (``export/FORMAT.py``: ``check_FORMAT_available``); ImportError if not."""
+    try:
+        module = importlib.import_module(f"libreyolo.export.{name}")
+    except ImportError:
+        return  # a format built into the exporter (onnx, torchscript): checked above
+    for check in (f"check_{name}_available", f"check_{name}_export_available"):
+        if available := getattr(module, check, None):
+            available()
 
 
 def _device(cfg: Config) -> str:

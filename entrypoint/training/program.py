@@ -15,7 +15,7 @@ from entrypoint.settings import options
 from entrypoint.settings.config import Config
 from entrypoint.state import store
 from entrypoint.state.prepared import Prepared
-from entrypoint.training import distributed, export, weights
+from entrypoint.training import distributed, export, publish, weights
 from entrypoint.training.publish import Publisher
 from entrypoint.training.weights import architecture
 
@@ -81,8 +81,11 @@ def _build_model(cfg: Config, resume_from: Path | None) -> Any:
 
 def _on_this_data(cfg: Config, run: Prepared) -> dict[str, Any]:
     """``model.train`` arguments that the run and its profile pass share."""
+    chosen = options.effective(cfg)
+    if taught := weights.local_teacher(cfg):  # fetched while staging, through the gateway
+        chosen["distill_model"] = str(taught)
     return {
-        **options.effective(cfg),
+        **chosen,
         "data": str(run.data_yaml),
         "batch": cfg.batch,
         "imgsz": cfg.imgsz,
@@ -179,8 +182,9 @@ def main(cfg: Config, run: Prepared | None = None) -> int:
             )
             distributed.chose(ExitCode.NODE_LOST)
             return ExitCode.NODE_LOST
+        publish.keep_traceback(cfg.run_dir, err)
         log.error(
-            "training failed: %s: %s (details in %s)",
+            "training failed: %s: %s (traceback in %s)",
             type(err).__name__,
             err,
             cfg.run_dir / "train.log",

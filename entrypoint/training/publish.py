@@ -17,8 +17,10 @@ inside it, its copies of status.json and metrics.jsonl made ``libreyolo monitor`
 any folder holding one for a run) show a second, phantom run ``run/published``.
 """
 
+import contextlib
 import logging
 import threading
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -172,8 +174,21 @@ class Publisher:
         publish(run_dir, max(self.epoch, read_index(run_dir)["epoch"]))
 
     def on_train_exception(self, event: Any) -> None:
-        """A failure publishes its train.log (the traceback); a stop (SIGINT) is no failure."""
+        """A failure publishes its train.log with the traceback; a stop (SIGINT) is no failure."""
         self.wait()
         if not isinstance(event.exception, KeyboardInterrupt):
             run_dir = Path(event.save_dir)
+            keep_traceback(run_dir, event.exception)
             publish(run_dir, read_index(run_dir)["epoch"], failed=True)
+
+
+def keep_traceback(run_dir: Path, err: BaseException) -> None:
+    """The traceback of the error training raised, at the end of its train.log, once: LibreYOLO
+    logs one line of it there, and the error line trainbox prints points to this file."""
+    if getattr(err, "_trainbox_kept", False):
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with (run_dir / "train.log").open("a") as log_file:  # LibreYOLO's log: appended, as it is
+        log_file.write("".join(traceback.format_exception(err)))
+    with contextlib.suppress(AttributeError):  # an exception that takes no attributes
+        err._trainbox_kept = True  # type: ignore[attr-defined]

@@ -7,7 +7,9 @@ LibreYOLO itself would fetch, ``LibreYOLO/LibreYOLO9s`` on the Hub, by LibreYOLO
 run's ``run/best.pt``), or a path in the container. LibreYOLO's own download goes straight to
 huggingface.co inside the train program, after staging, without ``HF_ENDPOINT`` or
 ``HF_TOKEN``; through the gateway a missing file or a refused token ends the preparation with
-one line, and a Hub that cannot be asked waits ``HUB_WAIT`` like every other Hub call.
+one line, and a Hub that cannot be asked waits ``HUB_WAIT`` like every other Hub call. A
+distillation teacher (``TRAIN_ARGS="distill_model=LibreYOLO9m.pt"``) is fetched the same way,
+beside the start weights, and the train program gives LibreYOLO its path.
 """
 
 import logging
@@ -19,6 +21,7 @@ from typing import Any
 
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.gateways import hub
+from entrypoint.settings import family, options
 from entrypoint.settings.config import Config
 
 log = logging.getLogger("trainbox")
@@ -29,11 +32,14 @@ PUBLISHED = re.compile(r"https://huggingface\.co/([^/]+/[^/]+)/resolve/([^/]+)/(
 
 
 def architecture(model: str, device: str = "cpu") -> Any:
-    """The architecture ``model`` names (e.g. LibreYOLO9t.pt), untrained: no download."""
-    # The registry the libreyolo CLI itself uses to map a model name to its architecture.
-    from libreyolo.cli.config import detect_family_from_model_ref, get_model_class
+    """The architecture ``model`` names (e.g. LibreYOLO9t.pt, LibreECs-seg.pt), untrained, for
+    the task its name says: no download, of the model's weights nor of its backbone's (RF-DETR
+    and RT-DETR fetch those when built otherwise). As LibreYOLO's CLI builds it for
+    ``pretrained=false`` (``cli/commands/train.py``: ``_from_scratch``, seed 0)."""
+    from libreyolo.cli.config import get_model_class
 
-    model_cls = get_model_class(detect_family_from_model_ref(model))
+    found = family.of(model)
+    model_cls = get_model_class(found.name) if found else None
     size = model_cls.detect_size_from_filename(Path(model).name) if model_cls else None
     if size is None:
         raise TrainboxError(
@@ -41,7 +47,42 @@ def architecture(model: str, device: str = "cpu") -> Any:
             "with PRETRAINED=false the name picks the architecture",
             ExitCode.CONFIG,
         )
-    return model_cls(None, size=size, device=device)
+    variant = model_cls.detect_variant_from_filename(Path(model).name)
+    return model_cls._from_scratch(size=size, task=found.task, device=device, seed=0,
+                                   **({"weight_variant": variant} if variant else {}))  # fmt: skip
+
+
+def check_size(cfg: Config) -> None:
+    """At start, for a transformer family (one LibreYOLO trains on squares only) at an IMGSZ
+    below its recipe's: the untrained architecture checks that size and sees one zero image of
+    it, on the CPU. A DETR-style decoder picks its queries among the encoder's cells, and a small
+    image has fewer (D-FINE-n needs 256: "selected index k out of range" once training started,
+    on the billed card); some check the size themselves (GTR: a multiple of 32, at least 160).
+    Seconds on the CPU, so the CNN families and the recipes' own sizes are not tried."""
+    from libreyolo.training.trainer import RECTANGULAR_TRAINING_FAMILIES
+
+    found = family.of(cfg.model)
+    recipe = options.defaults(cfg.model).get("imgsz") if found else None
+    height, width = (cfg.imgsz, cfg.imgsz) if isinstance(cfg.imgsz, int) else cfg.imgsz
+    if (found is None or found.name in RECTANGULAR_TRAINING_FAMILIES
+            or not isinstance(recipe, int) or min(height, width) >= recipe):  # fmt: skip
+        return
+    import torch
+
+    net = architecture(cfg.model)
+    module = getattr(net, "model", net)
+    try:
+        if validate := getattr(net, "_validate_imgsz", None):
+            validate(height)
+        with torch.no_grad():
+            module.eval()(torch.zeros(1, 3, height, width))
+    except Exception as err:  # whatever the family's code raises at this size
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise TrainboxError(
+            f"IMGSZ={cfg.imgsz if isinstance(cfg.imgsz, int) else f'{height}x{width}'} is too "
+            f"small for {cfg.model}: {first} (LibreYOLO trains it at {recipe}): raise IMGSZ",
+            ExitCode.CONFIG,
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -50,9 +91,10 @@ class Source:
 
     target: hub.Target | None
     path: Path
+    named: str = ""  # the setting and its value, for error lines: MODEL=LibreYOLO9s.pt
 
 
-def _published(model: str) -> hub.Target:
+def _published(setting: str, model: str) -> hub.Target:
     """The Hub file LibreYOLO would download for a published model name."""
     from libreyolo.cli.config import detect_family_from_model_ref, get_model_class
 
@@ -60,63 +102,79 @@ def _published(model: str) -> hub.Target:
     try:
         url = model_cls.get_download_url(Path(model).name) if model_cls else None
     except FileNotFoundError as err:  # LibreYOLO publishes no weights of that size
-        raise TrainboxError(
-            f"MODEL={model}: {err}; set PRETRAINED=false", ExitCode.CONFIG
-        ) from None
+        raise TrainboxError(f"{setting}={model}: {err}", ExitCode.CONFIG) from None
     found = PUBLISHED.fullmatch(url or "")
     if not found:
         raise TrainboxError(
-            f"MODEL={model!r}: LibreYOLO publishes no weights by that name: use a name such as "
-            "LibreYOLO9s.pt, hf://ORG/NAME/PATH.pt, a path, or PRETRAINED=false",
+            f"{setting}={model!r}: LibreYOLO publishes no weights by that name: use a name such "
+            "as LibreYOLO9s.pt, hf://ORG/NAME/PATH.pt or a path"
+            + (", or PRETRAINED=false" if setting == "MODEL" else ""),
             ExitCode.CONFIG,
         )
-    return hub.Target("MODEL", found[1], found[3], found[2], "model")
+    return hub.Target(setting, found[1], found[3], found[2], "model")
 
 
 def source(cfg: Config) -> Source | None:
     """The start weights MODEL names; None to train the architecture from scratch."""
-    model = cfg.model
+    return _source(cfg, "MODEL", cfg.model, cfg.pretrained)
+
+
+def teacher(cfg: Config) -> Source | None:
+    """The teacher TRAIN_ARGS' ``distill_model`` names, fetched like MODEL's weights (LibreYOLO
+    would download it itself once training started, past HF_ENDPOINT and HUB_WAIT); None for
+    none, or for DINOv2, which transformers downloads through the Hub client itself."""
+    from libreyolo.distillation.teachers import is_foundation_teacher
+
+    name = options.effective(cfg).get("distill_model")
+    if not name or is_foundation_teacher(name):
+        return None
+    return _source(cfg, "distill_model", name, pretrained=True)
+
+
+def _source(cfg: Config, setting: str, model: str, pretrained: bool) -> Source | None:
     if model.startswith(PREFIX):
         org, _, rest = model.removeprefix(PREFIX).partition("/")
         name, _, path = rest.partition("/")
         if not (org and name and path.endswith(".pt")):
             raise TrainboxError(
-                f"MODEL={model!r}: expected hf://ORG/NAME/PATH.pt, a file in a Hub model repo",
+                f"{setting}={model!r}: expected hf://ORG/NAME/PATH.pt, a file in a Hub model repo",
                 ExitCode.CONFIG,
             )
-        target = hub.Target("MODEL", f"{org}/{name}", path, "main", "model")
+        target = hub.Target(setting, f"{org}/{name}", path, "main", "model")
     elif Path(model).is_absolute():
         if not Path(model).is_file():
             raise TrainboxError(
-                f"MODEL={model}: no such file in the container: mount it, or name a published "
-                "model or hf://ORG/NAME/PATH.pt",
+                f"{setting}={model}: no such file in the container: mount it, or name a "
+                "published model or hf://ORG/NAME/PATH.pt",
                 ExitCode.CONFIG,
             )
-        return Source(None, Path(model))
-    elif cfg.pretrained:
-        target = _published(model)
+        return Source(None, Path(model), f"{setting}={model}")
+    elif pretrained:
+        target = _published(setting, model)
     else:
         return None
-    return Source(target, cfg.workspace / FOLDER / target.repo / target.name)
+    return Source(target, cfg.workspace / FOLDER / target.repo / target.name, f"{setting}={model}")
 
 
 def check(cfg: Config, found: Source | None) -> None:
-    """Before a long staging: the start weights exist where MODEL says (one metadata request)."""
+    """Before a long staging: the weights exist where their setting says (one metadata
+    request)."""
     pending = found and found.target and not found.path.is_file()
     if pending and hub.locate(found.target, wait=cfg.hub_wait) is None:
-        raise _missing(cfg, found.target)
+        raise _missing(found)
 
 
-def _missing(cfg: Config, target: hub.Target) -> TrainboxError:
+def _missing(found: Source) -> TrainboxError:
+    target = found.target
     return TrainboxError(
-        f"MODEL={cfg.model}: {target.name} is not in the Hub model repo {target.repo} (or the "
+        f"{found.named}: {target.name} is not in the Hub model repo {target.repo} (or the "
         "repo is private and HF_TOKEN cannot read it): check the name, or set HF_TOKEN",
         ExitCode.DATASET,
     )
 
 
 def fetch(cfg: Config, found: Source | None) -> Path | None:
-    """The start weights on the volume, downloaded once (atomically: a restart finds them)."""
+    """The weights on the volume, downloaded once (atomically: a restart finds them)."""
     if found is None or found.target is None:
         return found.path if found else None
     if found.path.is_file():
@@ -125,37 +183,45 @@ def fetch(cfg: Config, found: Source | None) -> Path | None:
     found.path.parent.mkdir(parents=True, exist_ok=True)
     log.info("fetching the start weights %s from %s", found.target.name, found.target.repo)
     if hub.download(found.target, found.path, wait=cfg.hub_wait) is None:
-        raise _missing(cfg, found.target)
+        raise _missing(found)
     log.info("start weights fetched: %s", found.path)
     return found.path
 
 
 class Background:
-    """``fetch`` in a thread, while the main thread stages the dataset; ``result`` waits.
+    """``fetch`` of each source in a thread of its own, while the main thread stages the
+    dataset; ``result`` waits for them all.
 
-    A daemon thread: a stop signal during staging ends the job without waiting for it (its
+    Daemon threads: a stop signal during staging ends the job without waiting for them (a
     ``.part`` file is left hidden, and a restart downloads again)."""
 
-    def __init__(self, cfg: Config, found: Source | None) -> None:
-        self.path: Path | None = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(cfg, found), daemon=True)
-        self.thread.start()
+    def __init__(self, cfg: Config, *found: Source | None) -> None:
+        self.errors: list[BaseException] = []
+        self.threads = [threading.Thread(target=self._run, args=(cfg, each), daemon=True)
+                        for each in found if each]  # fmt: skip
+        for thread in self.threads:
+            thread.start()
 
-    def _run(self, cfg: Config, found: Source | None) -> None:
+    def _run(self, cfg: Config, found: Source) -> None:
         try:
-            self.path = fetch(cfg, found)
+            fetch(cfg, found)
         except BaseException as err:  # handed to the main thread by result()
-            self.error = err
+            self.errors.append(err)
 
-    def result(self) -> Path | None:
-        self.thread.join()
-        if self.error:
-            raise self.error
-        return self.path
+    def result(self) -> None:
+        for thread in self.threads:
+            thread.join()
+        if self.errors:
+            raise self.errors[0]
 
 
 def local(cfg: Config) -> Path | None:
     """For the train program: the fetched start weights, when MODEL names any."""
     found = source(cfg)
+    return found.path if found and found.path.is_file() else None
+
+
+def local_teacher(cfg: Config) -> Path | None:
+    """For the train program: the fetched teacher, when ``distill_model`` names one."""
+    found = teacher(cfg)
     return found.path if found and found.path.is_file() else None

@@ -7,6 +7,7 @@ Torch with its CUDA libraries is the part we cannot shrink, so it is the baselin
 in the same run: every part is printed as a ratio to it, and what is not torch is overhead.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -77,8 +78,38 @@ def goals(image: str, totals: dict[str, int]) -> str:
             f"{rest / 1e6:.0f} MB (goal <= 600 MB)")  # fmt: skip
 
 
+# Inside the image: the installed bytes of what libreyolo's default extras bring beyond
+# libreyolo itself (docker/lock.py's closure, with and without EXTRAS), per package.
+EXTRAS_BYTES = """
+import json, sys
+sys.path.insert(0, "/opt/trainbox/src/docker")
+import lock
+plain = [root.split("[")[0] for root in lock.ROOTS]
+added = lock.closure(lock.ROOTS) - lock.closure(plain)
+print(json.dumps({lock.DISTS[key].metadata["Name"]: sum(f.size or 0 for f in
+                  lock.DISTS[key].files or []) for key in sorted(added)}))
+"""
+
+
+def extras(image: str) -> dict[str, int]:
+    """Installed bytes per package that the default extras add (``LIBREYOLO_EXTRAS``)."""
+    asked = [DOCKER, "run", "--rm", "--entrypoint", "python", image, "-c", EXTRAS_BYTES]
+    return json.loads(subprocess.run(asked, check=True, capture_output=True, text=True).stdout)
+
+
+def extras_report(added: dict[str, int], torch: int) -> str:
+    total = sum(added.values())
+    biggest = ", ".join(f"{name} {size / 1e6:.0f} MB" for name, size in
+                        sorted(added.items(), key=lambda item: -item[1])[:4])  # fmt: skip
+    return (
+        f"libreyolo extras (rfdetr,lora,onnx): {total / 1e6:.0f} MB installed, "
+        f"{total / torch:.3f} x torch ({biggest})"
+    )
+
+
 if __name__ == "__main__":
     image = sys.argv[1] if len(sys.argv) > 1 else "trainbox:test"
     parts = sizes(image)
     print(report(image, parts))
     print(goals(image, parts))
+    print(extras_report(extras(image), parts[TORCH]))

@@ -174,6 +174,9 @@ def test_image_size_bench_accounts_for_every_byte(image: str) -> None:
         totals[part] > 0 for part in (image_size.BASE, image_size.SYSTEM, image_size.LIBREYOLO)
     )
     assert "overhead (not torch)" in image_size.report(image, totals)
+    added = image_size.extras(image)  # what the default LIBREYOLO_EXTRAS cost
+    assert {"transformers", "peft", "onnxruntime"} <= set(added) and all(added.values())
+    assert sum(added.values()) < totals[image_size.LIBREYOLO]  # within libreyolo's layer
 
 
 def test_any_command_runs_under_tini_and_trainbox_subcommands_go_to_trainbox(

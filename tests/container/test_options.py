@@ -53,3 +53,20 @@ def test_export_onnx_leaves_a_loadable_model_in_the_run_and_on_the_hub(
     onnx.checker.check_model(onnx.load(tmp_path / "best.onnx"))  # loadable, on the host
     state = json.loads(in_volume(image, volume, "trainbox", "status", "--json"))
     assert state["export"] == {"onnx": "export/best.onnx"} and state["exit_code"] == 0
+
+
+def test_an_rf_detr_trains_an_epoch_with_lora_in_the_default_image(
+    image: str, volume: str, hub: Hub
+) -> None:
+    """RF-DETR exists only with transformers and LoRA needs peft: the default image has both
+    (LIBREYOLO_EXTRAS). Its architecture is built offline (PRETRAINED=false: LibreYOLO's
+    ``_from_scratch``, no backbone download), LoRA goes on its DINOv2 backbone, and one epoch
+    of the demo reaches the Hub."""
+    env = env_for(hub, EPOCHS="1", MODEL="LibreRFDETRn.pt", TRAIN_ARGS="lora=true val=false")
+    done = run_container(image, volume, env=env)
+    assert done.returncode == 0, logs(done)[-3000:]
+    assert "Applied LoRA to RF-DETR backbone" in logs(done)
+    used = yaml.safe_load(in_volume(image, volume, "cat", "/workspace/runs/run/train_config.yaml"))
+    assert used["lora"] is True and used["size"] == "n"
+    files = hub.repos[f"models/{OUTPUT}"].files
+    assert "run/last.pt" in files and json.loads(files["run/index.json"])["epoch"] == 1

@@ -4,10 +4,10 @@ checked by LibreYOLO's own config classes before anything is touched."""
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.settings import config, options
@@ -90,20 +90,64 @@ def test_a_wrong_type_and_a_value_libreyolo_refuses_stop(tmp_path: Path) -> None
         load(tmp_path, "train: [lr0]\n")
 
 
-def test_a_bad_option_stops_the_run_before_anything_is_touched(tmp_path: Path, hub: Hub) -> None:
-    env = {"WORKSPACE": str(tmp_path / "ws"), **DEMO, "TRAIN_ARGS": "lr0=fast",
-           "HF_ENDPOINT": hub.url, "OUTPUT_REPO": "org/weights", "HF_TOKEN": "hf_x"}  # fmt: skip
-    started = time.monotonic()
+# What LibreYOLO would refuse only once training started, on the billed card: each refused at
+# start, with its setting's line.
+AT_START = {
+    "a value": ({"TRAIN_ARGS": "lr0=fast"},
+                "TRAIN_ARGS: lr0='fast': expected float (YOLO9Config)"),
+    "lora where the family has none": (
+        {"TRAIN_ARGS": "lora=true"},
+        "TRAIN_ARGS: lora=true: YOLO9Trainer has no LoRA fine-tuning (yolo9); LibreYOLO has it "
+        "for transformer families such as RF-DETR, D-FINE, DEIM and RT-DETR"),
+    "a teacher that cannot teach": (
+        {"TRAIN_ARGS": "distill_model=LibreDFINEn.pt"},
+        "TRAIN_ARGS: distill_model=LibreDFINEn.pt: LibreYOLO has no distillation for dfine as "
+        "the teacher (it has it for yolo9, yolox and rfdetr)"),
+    "an export format's package": (
+        {"EXPORT": "openvino"},
+        "EXPORT=openvino: OpenVINO export requires the 'openvino' package; LibreYOLO's extra "
+        "for it is a build argument: LIBREYOLO_EXTRAS=openvino"),
+    "a rectangle where the family takes squares": (
+        {"MODEL": "LibreDFINEn.pt", "IMGSZ": "480x640"},
+        "IMGSZ=480x640: dfine trains on squares only for detect: set one number, e.g. "
+        "IMGSZ=640"),
+    "an image too small for the queries": (
+        {"MODEL": "LibreDFINEn.pt", "IMGSZ": "128"},
+        "IMGSZ=128 is too small for LibreDFINEn.pt: selected index k out of range (LibreYOLO "
+        "trains it at 640): raise IMGSZ"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(AT_START))
+def test_what_would_fail_in_training_stops_before_anything_is_touched(
+    tmp_path: Path, hub: Hub, case: str
+) -> None:
+    settings, line = AT_START[case]
+    env = {"WORKSPACE": str(tmp_path / "ws"), **DEMO, "HF_ENDPOINT": hub.url,
+           "OUTPUT_REPO": "org/weights", "HF_TOKEN": "hf_x", **settings}  # fmt: skip
     done = subprocess.run([sys.executable, "-m", "entrypoint", "run"], env=env,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
-    took = time.monotonic() - started
     assert done.returncode == ExitCode.CONFIG, done.stderr[-2000:]
-    assert done.stderr.strip().splitlines()[-1] == (
-        "[trainbox] error: TRAIN_ARGS: lr0='fast': expected float (YOLO9Config)"
-    )
+    assert done.stderr.strip().splitlines()[-1] == f"[trainbox] error: {line}"
     assert not (tmp_path / "ws").exists()  # no run folder, no lock, no status
     assert hub.requests == []  # no Hub request
-    print(f"refused in {took:.1f} s")
+
+
+@pytest.mark.parametrize(("option", "package"), [("lora", "peft"), ("export_check", "onnxruntime")])
+def test_an_option_whose_package_the_image_lacks_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, option: str, package: str
+) -> None:
+    """The default image has both (LIBREYOLO_EXTRAS); one built without them says so."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package
+                        else real(name, *a))  # fmt: skip
+    line = refusal(load(tmp_path, MODEL="LibreDFINEn.pt", TRAIN_ARGS=f"{option}=true"))
+    assert line == (
+        f"TRAIN_ARGS: {option}=true needs the {package} package, not in this image: build it "
+        f"with LIBREYOLO_EXTRAS={ {p: e for _, p, e in options.NEEDS}[package] }"
+    )
 
 
 def test_a_resume_with_other_options_is_refused_unless_allowed(tmp_path: Path) -> None:
@@ -153,17 +197,25 @@ def test_loggers_are_libreyolos_with_their_package_in_the_image(tmp_path: Path) 
     assert "expected hf:ORG/REPO" in refusal(load(tmp_path, TRAIN_ARGS="loggers=hf:metrics"))
 
 
-def test_tensorboard_events_reach_the_run_folder_and_the_hub(tmp_path: Path, hub: Hub) -> None:
-    """A whole `trainbox run` of the demo with LibreYOLO's TensorBoard logger."""
+def test_options_reach_libreyolo_as_its_cli_reads_them_and_tensorboard_the_hub(
+    tmp_path: Path, hub: Hub
+) -> None:
+    """A whole `trainbox run` of the demo with LibreYOLO's TensorBoard logger and two options
+    its CLI reads otherwise than YAML or LibreYOLO's task-blind aliases would."""
     env = {"WORKSPACE": str(tmp_path / "ws"), "DEVICE": "cpu", "EPOCHS": "1", "MONITOR": "false",
            "HF_ENDPOINT": hub.url, "HF_TOKEN": GOOD_TOKEN,
            "OUTPUT_REPO": "org/weights", "UPLOAD_INTERVAL": "1",
-           "TRAIN_ARGS": "loggers=tensorboard"}  # fmt: skip
+           "TRAIN_ARGS": "loggers=tensorboard lr0=1e-3 mixup=0.5"}  # fmt: skip
     done = trainbox("run", env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    # As `libreyolo train lr0=1e-3 mixup=0.5` writes it: typer makes 1e-3 the float 0.001
+    # (YAML reads a string), and its detection aliases make mixup mixup_prob (cli/aliases.py),
+    # leaving the classifiers' batch MixUp field at its default.
+    written = yaml.safe_load((tmp_path / "ws/runs/run/train_config.yaml").read_text())
+    assert (written["lr0"], written["mixup_prob"], written["mixup"]) == (0.001, 0.5, 0.0)
     events = sorted(p.name for p in (tmp_path / "ws/runs/run/tensorboard").glob("events.*"))
     assert events
     on_hub = hub.repos["models/org/weights"].files
     assert all(f"run/{name}" in on_hub for name in events)
     manifest = json.loads(on_hub["run/manifest.json"])
-    assert manifest["train_options"] == {"loggers": "tensorboard"}
+    assert manifest["train_options"] == {"loggers": "tensorboard", "lr0": 0.001, "mixup_prob": 0.5}

@@ -70,3 +70,27 @@ def test_the_end_of_a_resumed_run_keeps_the_larger_epoch(tmp_path: Path) -> None
     publisher = publish.Publisher()
     publisher.on_train_end(SimpleNamespace(save_dir=str(run)))  # no epoch in this session yet
     assert publish.read_index(run)["epoch"] == 5
+
+
+def test_a_training_that_raises_keeps_its_traceback_in_train_log_and_publishes_it(
+    tmp_path: Path,
+) -> None:
+    """LibreYOLO's own failure, on the CPU: D-FINE-n at 128 px has fewer encoder cells than
+    queries (what the start check refuses; the train program run by hand trains anyway)."""
+    from entrypoint.dataset import demo
+    from entrypoint.errors import ExitCode
+    from entrypoint.settings import config
+    from entrypoint.state.prepared import Prepared
+    from entrypoint.training import program
+
+    data_yaml, _ = demo.ensure(tmp_path / "shapes")
+    cfg = config.load({"WORKSPACE": str(tmp_path / "ws"), "MODEL": "LibreDFINEn.pt",
+                       "PRETRAINED": "false", "IMGSZ": "128", "EPOCHS": "1", "BATCH": "2",
+                       "DEVICE": "cpu", "WORKERS": "0"})  # fmt: skip
+    assert program.main(cfg, Prepared(cfg, 0, 0, data_yaml)) == ExitCode.TRAINING_FAILED
+    log = (cfg.run_dir / "train.log").read_text()
+    assert "Traceback (most recent call last)" in log
+    assert log.rstrip().endswith("RuntimeError: selected index k out of range")
+    assert log.count("Traceback (most recent call last)") == 1  # once, not per handler
+    published = publish.folder(cfg.run_dir) / "train.log"
+    assert "selected index k out of range" in published.read_text()  # what the uploader sends

@@ -34,7 +34,9 @@ def test_what_model_names(tmp_path: Path) -> None:
     assert weights.source(load(tmp_path, MODEL="LibreYOLO9t.pt", PRETRAINED="false")) is None
     mine = tmp_path / "mine.pt"
     mine.write_bytes(b"x")
-    assert weights.source(load(tmp_path, MODEL=str(mine))) == weights.Source(None, mine)
+    assert weights.source(load(tmp_path, MODEL=str(mine))) == weights.Source(
+        None, mine, f"MODEL={mine}"
+    )
 
 
 @pytest.mark.parametrize(
@@ -87,20 +89,29 @@ def test_a_missing_file_ends_before_staging_with_its_line(tmp_path: Path, on_hub
 def test_the_weights_download_while_the_dataset_stages(
     tmp_path: Path, on_hub: Hub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Through the job's own preparation: the test Hub serves both bodies at once."""
+    """Through the job's own preparation: the test Hub serves the dataset while the start
+    weights and a distillation teacher come, each once, through the gateway."""
     tar_on_hub(on_hub, "org/shapes", tmp_path / "shapes", 1_200_000)
+    on_hub.add("org/t", {"LibreYOLO9m.pt": CHECKPOINT[::-1]}, kind="models")
     on_hub.rate = 600_000  # each body takes about 2 s
     settings = {"WORKSPACE": str(tmp_path / "ws"), "DEVICE": "cpu", "DOCTOR": "false",
                 "DATASET_REPO": "org/shapes", "MODEL": "hf://org/w/run/best.pt",
+                "TRAIN_ARGS": "distill_model=hf://org/t/LibreYOLO9m.pt",
                 "HF_ENDPOINT": on_hub.url}  # fmt: skip
     for name, value in settings.items():
         monkeypatch.setenv(name, value)  # the preflight's child process reads them
-    ready = job._prepare(config.load())
+    cfg = config.load()
+    ready = job._prepare(cfg)
     assert isinstance(ready, Prepared) and ready.data_yaml.is_file()  # what training reads
     [start] = [s for s in on_hub.served if s.name == "run/best.pt"]  # fetched once
+    [teacher] = [s for s in on_hub.served if s.name == "LibreYOLO9m.pt"]
     [dataset] = [s for s in on_hub.served if s.name == "shapes.tar"]
     assert start.overlaps(dataset), "the two downloads never overlapped"
+    assert teacher.overlaps(dataset), "the teacher did not come while the dataset staged"
     assert (tmp_path / "ws/weights/org/w/run/best.pt").read_bytes() == CHECKPOINT
+    taught = weights.local_teacher(cfg)  # what the train program gives LibreYOLO
+    assert taught == tmp_path / "ws/weights/org/t/LibreYOLO9m.pt"
+    assert taught.read_bytes() == CHECKPOINT[::-1]
 
 
 def test_a_local_dataset_is_checked_before_the_hub_is_asked_for_weights(

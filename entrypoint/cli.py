@@ -236,7 +236,10 @@ def show_config() -> None:
 
     cfg = config.load()
     for key in config.ENV_KEYS:
-        click.echo(f"{key.upper()}={getattr(cfg, key)}")
+        value = getattr(cfg, key)
+        if isinstance(value, tuple):  # IMGSZ's height and width, as the setting is written
+            value = "x".join(map(str, value))
+        click.echo(f"{key.upper()}={value}")
     chosen = options.effective(cfg)
     for key, value in {**options.defaults(cfg.model), **chosen}.items():
         if key not in options.OWNED:

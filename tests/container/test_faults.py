@@ -97,7 +97,10 @@ def test_a_refused_xet_token_stops_at_start_with_the_tokens_line(
     hub.faults.append(Fault("/xet-write-token/", status=403, seconds=600))
     result = run_container(image, volume, env=env_for(hub, EPOCHS="1", HUB_WAIT="20"))
     assert result.returncode == ExitCode.UPLOAD, logs(result)[-3000:]
-    assert "retrying" not in logs(result)  # a refusal is not waited on: at once
+    # A refusal is not waited on: the token was asked for once (a transient error elsewhere
+    # on a loaded machine may be retried, and say so in the log; this one is not).
+    asked = [path for _, path in hub.requests if "/xet-write-token/" in path]
+    assert len(asked) == 1, asked
     [line] = [m for m in result.stderr.splitlines() if m.startswith("[trainbox] error:")]
     assert f"the Hub refused HF_TOKEN for OUTPUT_REPO={OUTPUT} (403)" in line
     assert "make a token with write access" in line

@@ -1,5 +1,6 @@
 """The typed config: layers, parsing, and one-line errors that name the key."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,21 @@ def test_a_xet_duration_without_its_unit_is_refused_with_the_key() -> None:
     assert str(caught.value).startswith("HF_XET_CLIENT_READ_TIMEOUT='5': hf_xet reads a duration")
     for fine in ("5s", "500ms", "2m30s"):
         config.load({"HF_XET_CLIENT_READ_TIMEOUT": fine, "HF_XET_CLIENT_RETRY_MAX_ATTEMPTS": "3"})
+
+
+@pytest.mark.parametrize(
+    ("raw", "imgsz"),
+    [("640", 640), ("480x640", (480, 640)), ("480,640", (480, 640)), ("640x640", 640)],
+)
+def test_imgsz_is_a_side_or_height_and_width_as_libreyolos_cli_reads_it(
+    raw: str, imgsz: int | tuple[int, int]
+) -> None:
+    assert config.load({"IMGSZ": raw}).imgsz == imgsz
+
+
+def test_a_rectangle_survives_the_settings_the_job_hands_on() -> None:
+    cfg = config.load({"IMGSZ": "480x640"})
+    assert config.restore(json.loads(json.dumps(config.dump(cfg)))) == cfg
+    assert error(IMGSZ="480x") == (
+        "environment: IMGSZ='480x': expected a whole number >= 32, or HEIGHTxWIDTH such as 480x640"
+    )

@@ -62,10 +62,11 @@ def check_size(cfg: Config) -> None:
     from libreyolo.training.trainer import RECTANGULAR_TRAINING_FAMILIES
 
     found = family.of(cfg.model)
-    recipe = options.defaults(cfg.model).get("imgsz") if found else None
+    if found is None or found.name in RECTANGULAR_TRAINING_FAMILIES:
+        return
+    recipe = options.defaults(cfg.model).get("imgsz")
     height, width = (cfg.imgsz, cfg.imgsz) if isinstance(cfg.imgsz, int) else cfg.imgsz
-    if (found is None or found.name in RECTANGULAR_TRAINING_FAMILIES
-            or not isinstance(recipe, int) or min(height, width) >= recipe):  # fmt: skip
+    if not isinstance(recipe, int) or min(height, width) >= recipe:
         return
     import torch
 
@@ -96,9 +97,9 @@ class Source:
 
 def _published(setting: str, model: str) -> hub.Target:
     """The Hub file LibreYOLO would download for a published model name."""
-    from libreyolo.cli.config import detect_family_from_model_ref, get_model_class
+    from libreyolo.cli.config import get_model_class
 
-    model_cls = get_model_class(detect_family_from_model_ref(model))
+    model_cls = get_model_class(family.name_of(model))
     try:
         url = model_cls.get_download_url(Path(model).name) if model_cls else None
     except FileNotFoundError as err:  # LibreYOLO publishes no weights of that size
@@ -177,14 +178,15 @@ def fetch(cfg: Config, found: Source | None) -> Path | None:
     """The weights on the volume, downloaded once (atomically: a restart finds them)."""
     if found is None or found.target is None:
         return found.path if found else None
+    what = "start weights" if found.target.setting == "MODEL" else "distillation teacher"
     if found.path.is_file():
-        log.info("start weights %s already on the volume", found.path)
+        log.info("%s %s already on the volume", what, found.path)
         return found.path
     found.path.parent.mkdir(parents=True, exist_ok=True)
-    log.info("fetching the start weights %s from %s", found.target.name, found.target.repo)
+    log.info("fetching the %s %s from %s", what, found.target.name, found.target.repo)
     if hub.download(found.target, found.path, wait=cfg.hub_wait) is None:
         raise _missing(found)
-    log.info("start weights fetched: %s", found.path)
+    log.info("%s fetched: %s", what, found.path)
     return found.path
 
 

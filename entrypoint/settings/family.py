@@ -14,10 +14,15 @@ really builds. Only imports: no network is built, nothing is downloaded.
 
 import importlib
 import inspect
+import json
 import pkgutil
-from dataclasses import dataclass
+import re
+import sys
+from dataclasses import dataclass, fields
 from functools import cache
+from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 # The modules a task's own trainer lives in (libreyolo/models/*/), by the task they serve.
 TASK_MODULES = {
@@ -106,3 +111,96 @@ def _trainers(family: str) -> dict[str, type]:
             ):
                 found[info.name] = cls
     return found
+
+
+# LibreYOLO's name lookup without LibreYOLO. Its registry is built by importing every family
+# (torch, torchvision: 5.1 s idle and 9.4 s on a loaded 2-core machine, measured 2026-12-02),
+# which the job's start check of the image size would pay at every start only to learn that a
+# CNN such as LibreYOLO9t.pt needs no check. So the image's build (and tests/run on a host)
+# writes what the lookup reads from LibreYOLO: each wrapper's filename regex in registry order,
+# the CLI's short names, and per family and task the rectangle stride and the recipe's imgsz.
+# A table of another LibreYOLO version, or none, is not used: the lookup imports LibreYOLO.
+TABLE = Path(__file__).with_name("families.json")
+
+
+@dataclass(frozen=True)
+class Known:
+    """What the table says of a model name, for the start checks."""
+
+    name: str | None  # the family; None: LibreYOLO recognises no family in the name
+    task: str = ""
+    square: bool = False  # this family and task train on squares only
+    imgsz: int | None = None  # its recipe's image size
+
+
+def known(model: str) -> Known | None:
+    """``model``'s family as the table says LibreYOLO resolves it; None without a usable table."""
+    table = _table()
+    if table is None:
+        return None
+    from libreyolo.tasks import normalize_task  # no torch: tasks.py is plain Python
+
+    base = model.rpartition("/")[2]
+    name = Path(table["names"].get(base.lower(), base)).name.lower()
+    matched = next((c["family"] for c in table["classes"] if re.search(c["pattern"], name)), None)
+    row = table["families"].get(matched) if matched else None
+    if row is None:
+        return None if matched else Known(None)
+    found = re.search(row["pattern"], name)
+    suffix = found.groupdict().get("task") if found else None
+    task = normalize_task(suffix.lstrip("-")) if suffix else row["default_task"]
+    facts = row["tasks"].get(task)
+    return Known(matched, task, facts["square"], facts["imgsz"]) if facts else None
+
+
+@cache
+def _table() -> dict | None:
+    try:
+        table = json.loads(TABLE.read_text())
+    except (OSError, ValueError):
+        return None
+    return table if table.get("libreyolo") == version("libreyolo") else None
+
+
+def table() -> dict[str, Any]:
+    """The table, from LibreYOLO itself (imports every family)."""
+    import libreyolo.cli.config as lookup
+
+    lookup._build_name_map()
+    classes = list(lookup._iter_model_classes())
+    rows: dict[str, Any] = {}
+    for cls in classes:
+        if cls.FAMILY in rows or (pattern := cls._filename_regex()) is None:
+            continue
+        tasks = {}
+        for task in {cls.DEFAULT_TASK, *getattr(cls, "SUPPORTED_TASKS", ())}:
+            try:
+                facts = Family(cls.FAMILY, task, trainer_for(cls.FAMILY, task))
+            except (ImportError, KeyError):  # no trainer: LibreYOLO cannot train it
+                continue
+            imgsz = {f.name: f.default for f in fields(facts.config)}.get("imgsz")
+            tasks[task] = {"square": facts.rectangle_stride is None,
+                           "imgsz": imgsz if isinstance(imgsz, int) else None}  # fmt: skip
+        rows[cls.FAMILY] = {"pattern": pattern.pattern, "default_task": cls.DEFAULT_TASK,
+                            "tasks": tasks}  # fmt: skip
+    return {
+        "libreyolo": version("libreyolo"),
+        "names": dict(lookup._CLI_NAME_TO_WEIGHTS),
+        "classes": [
+            {"family": c.FAMILY, "pattern": c._filename_regex().pattern}
+            for c in classes
+            if c._filename_regex() is not None
+        ],
+        "families": rows,
+    }
+
+
+def write_table(path: Path = TABLE) -> None:
+    """Write the table atomically (the image's build, tests/run)."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(table(), indent=1, sort_keys=True) + "\n")
+    partial.replace(path)
+
+
+if __name__ == "__main__":  # python -m entrypoint.settings.family [PATH]
+    write_table(Path(sys.argv[1]) if len(sys.argv) > 1 else TABLE)

@@ -59,13 +59,16 @@ def check_size(cfg: Config) -> None:
     image has fewer (D-FINE-n needs 256: "selected index k out of range" once training started,
     on the billed card); some check the size themselves (GTR: a multiple of 32, at least 160).
     Seconds on the CPU, so the CNN families and the recipes' own sizes are not tried."""
+    height, width = (cfg.imgsz, cfg.imgsz) if isinstance(cfg.imgsz, int) else cfg.imgsz
+    told = family.known(cfg.model)  # without importing LibreYOLO, where the table tells
+    if told is not None and not (told.square and told.imgsz and min(height, width) < told.imgsz):
+        return
     from libreyolo.training.trainer import RECTANGULAR_TRAINING_FAMILIES
 
     found = family.of(cfg.model)
     if found is None or found.name in RECTANGULAR_TRAINING_FAMILIES:
         return
     recipe = options.defaults(cfg.model).get("imgsz")
-    height, width = (cfg.imgsz, cfg.imgsz) if isinstance(cfg.imgsz, int) else cfg.imgsz
     if not isinstance(recipe, int) or min(height, width) >= recipe:
         return
     import torch

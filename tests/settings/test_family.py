@@ -139,3 +139,24 @@ def test_trainbox_config_shows_the_familys_own_defaults() -> None:
     shown = options.defaults("LibreDFINEn.pt")
     assert (shown["epochs"], shown["optimizer"], shown["lr0"]) == (132, "adamw", 2e-4)
     assert "backbone_lr_mult" in shown
+
+
+@pytest.mark.parametrize("model", [*sorted(MODELS), "run/best.pt", "hf://org/w/LibreECs-seg.pt",
+                                   "yolox-s", "nothing.pt"])  # fmt: skip
+def test_the_table_resolves_a_name_as_libreyolo_does(model: str, tmp_path: Path) -> None:
+    """The start check's lookup without LibreYOLO (family.known) agrees with LibreYOLO's."""
+    family.write_table(tmp_path / "families.json")
+    family._table.cache_clear()
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(family, "TABLE", tmp_path / "families.json")
+            told = family.known(model)
+    finally:
+        family._table.cache_clear()
+    found = family.of(model)
+    assert told is not None
+    assert told.name == (found.name if found else None)
+    if found:
+        recipe = options.defaults(model).get("imgsz")
+        assert (told.task, told.square) == (found.task, found.rectangle_stride is None)
+        assert told.imgsz == (recipe if isinstance(recipe, int) else None)

@@ -127,10 +127,12 @@ def teacher(cfg: Config) -> Source | None:
     """The teacher TRAIN_ARGS' ``distill_model`` names, fetched like MODEL's weights (LibreYOLO
     would download it itself once training started, past HF_ENDPOINT and HUB_WAIT); None for
     none, or for DINOv2, which transformers downloads through the Hub client itself."""
-    from libreyolo.distillation.teachers import is_foundation_teacher
-
     name = options.effective(cfg).get("distill_model")
-    if not name or is_foundation_teacher(name):
+    if not name:
+        return None
+    from libreyolo.distillation.teachers import is_foundation_teacher  # imports torch
+
+    if is_foundation_teacher(name):
         return None
     return _source(cfg, "distill_model", name, pretrained=True)
 

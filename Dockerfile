@@ -127,6 +127,8 @@ RUN pip install --constraint /opt/trainbox/torch-constraints.txt \
 
 # 3. trainbox itself, last: a code change rebuilds only this small layer. The build
 #    ends with a self-test that fails it unless torch is exactly the build asked for.
+#    Then LibreYOLO's name table (entrypoint/settings/family.py): a start looks MODEL up
+#    without importing every family (5-9 s a start).
 #    The command is also on the system's PATH: a login shell (SkyPilot runs every command,
 #    and its job, in one) starts from /etc/profile's PATH, which lacks the venv's.
 COPY pyproject.toml /opt/trainbox/src/
@@ -135,7 +137,8 @@ COPY docker /opt/trainbox/src/docker
 COPY entrypoint /opt/trainbox/src/entrypoint
 RUN pip install --no-deps --no-build-isolation --editable /opt/trainbox/src \
  && ln -s "$VIRTUAL_ENV/bin/trainbox" /usr/local/bin/trainbox \
- && python /opt/trainbox/src/docker/selftest.py
+ && python /opt/trainbox/src/docker/selftest.py \
+ && python -m entrypoint.settings.family
 
 # Healthy while the run makes progress; unhealthy once it failed or made none for half of
 # STALL_TIMEOUT (the watchdog ends it at the whole). Reads the status file: milliseconds.

@@ -167,10 +167,10 @@ def table() -> dict[str, Any]:
     import libreyolo.cli.config as lookup
 
     lookup._build_name_map()
-    classes = list(lookup._iter_model_classes())
+    matchers = [(c, p) for c in lookup._iter_model_classes() if (p := c._filename_regex())]
     rows: dict[str, Any] = {}
-    for cls in classes:
-        if cls.FAMILY in rows or (pattern := cls._filename_regex()) is None:
+    for cls, pattern in matchers:
+        if cls.FAMILY in rows:
             continue
         tasks = {}
         for task in {cls.DEFAULT_TASK, *getattr(cls, "SUPPORTED_TASKS", ())}:
@@ -186,11 +186,7 @@ def table() -> dict[str, Any]:
     return {
         "libreyolo": version("libreyolo"),
         "names": dict(lookup._CLI_NAME_TO_WEIGHTS),
-        "classes": [
-            {"family": c.FAMILY, "pattern": c._filename_regex().pattern}
-            for c in classes
-            if c._filename_regex() is not None
-        ],
+        "classes": [{"family": c.FAMILY, "pattern": p.pattern} for c, p in matchers],
         "families": rows,
     }
 

@@ -3,6 +3,7 @@ wrapper's ``train()`` really builds, its config class is the one whose options a
 apply, and that family's own options pass the start check."""
 
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -141,18 +142,23 @@ def test_trainbox_config_shows_the_familys_own_defaults() -> None:
     assert "backbone_lr_mult" in shown
 
 
+@pytest.fixture(scope="module")
+def table(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A table written here from this LibreYOLO, read by family.known instead of the package's."""
+    path = tmp_path_factory.mktemp("table") / "families.json"
+    family.write_table(path)
+    family._table.cache_clear()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(family, "TABLE", path)
+        yield path
+    family._table.cache_clear()
+
+
 @pytest.mark.parametrize("model", [*sorted(MODELS), "run/best.pt", "hf://org/w/LibreECs-seg.pt",
                                    "yolox-s", "nothing.pt"])  # fmt: skip
-def test_the_table_resolves_a_name_as_libreyolo_does(model: str, tmp_path: Path) -> None:
+def test_the_table_resolves_a_name_as_libreyolo_does(model: str, table: Path) -> None:
     """The start check's lookup without LibreYOLO (family.known) agrees with LibreYOLO's."""
-    family.write_table(tmp_path / "families.json")
-    family._table.cache_clear()
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(family, "TABLE", tmp_path / "families.json")
-            told = family.known(model)
-    finally:
-        family._table.cache_clear()
+    told = family.known(model)
     found = family.of(model)
     assert told is not None
     assert told.name == (found.name if found else None)

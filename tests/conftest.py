@@ -25,6 +25,43 @@ IMAGE = re.compile(rf"^ghcr\.io/[A-Za-z0-9_.-]+/trainbox:{re.escape(__version__)
 KNOWN = {key.upper() for key in config.KEYS} | {"HF_TOKEN", "HF_TOKEN_FILE"}
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """torch in the host tests (this process and the programs it starts) uses one thread: the
+    container tests train beside them on the same two cores (``-n 2``, below), and two torch
+    processes each spinning two OpenMP threads on two cores both train 8x slower (measured here,
+    2026-12-03: a 6-epoch demo in a container took 242 s beside a host run, 29 s alone, 51 s
+    with the host run at one thread). The containers keep torch's own default, as production."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """pytest-xdist's scheduler for ``-n 2`` (pyproject.toml): the container tests are one unit
+    of work, run in order by one worker (they share one engine, the image it builds once, and
+    the host's ports); every host test is a unit of its own, run by the other worker meanwhile.
+    (Not ``--dist loadgroup``: it renames nodes, which pytest 9.2 no longer reads.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ContainersTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "containers" if nodeid.startswith("tests/container/") else nodeid
+
+    return ContainersTogether(config, log)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """What a test shows on purpose (a ``user_properties`` entry named ``shown``: a list of
+    lines), printed after the run: under xdist a worker's own output never reaches the screen."""
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) != "call":
+                continue
+            for name, lines in report.user_properties:
+                if name == "shown":
+                    terminalreporter.write_line(f"\n{report.nodeid}:")
+                    for line in lines:
+                        terminalreporter.write_line(f"  {line}")
+
+
 def trainbox(
     *args: str, env: dict[str, str] | None = None, **kwargs
 ) -> subprocess.CompletedProcess:

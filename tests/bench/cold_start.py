@@ -109,8 +109,10 @@ class Throttle:
 
 
 # --- the registry and the cold engine ---------------------------------------------------
-def registry(folder: Path) -> tuple[subprocess.Popen, int]:
-    port = free_port()
+def registry(folder: Path, port: int | None = None) -> tuple[subprocess.Popen, int]:
+    """Debian's docker-registry on 127.0.0.1 (a free port unless given), storing in ``folder``."""
+    port = port or free_port()
+    folder.mkdir(parents=True, exist_ok=True)
     config = folder / "registry.yml"
     config.write_text(
         f"version: 0.1\nlog: {{level: error}}\nstorage: {{filesystem: {{rootdirectory: "

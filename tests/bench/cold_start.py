@@ -158,16 +158,24 @@ def layers(image: str) -> list[int]:
     return [int(size) for size in out.split() if int(size) > 0]
 
 
-def compressed(host_port: int, name: str) -> tuple[int, int]:
-    """(compressed bytes, largest compressed layer) from the registry's manifest."""
+MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+
+
+def manifest(host_port: int, name: str) -> dict:
+    """The v2 manifest of ``name`` (REPO:TAG) on the registry at 127.0.0.1:``host_port``."""
     import urllib.request
 
+    repo, tag = name.split(":")
     request = urllib.request.Request(
-        f"http://127.0.0.1:{host_port}/v2/{name.split(':')[0]}/manifests/{name.split(':')[1]}",
-        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
+        f"http://127.0.0.1:{host_port}/v2/{repo}/manifests/{tag}", headers={"Accept": MANIFEST}
     )
     with urllib.request.urlopen(request) as answer:
-        sizes = [layer["size"] for layer in json.load(answer)["layers"]]
+        return json.load(answer)
+
+
+def compressed(host_port: int, name: str) -> tuple[int, int]:
+    """(compressed bytes, largest compressed layer) from the registry's manifest."""
+    sizes = [layer["size"] for layer in manifest(host_port, name)["layers"]]
     return sum(sizes), max(sizes)
 
 

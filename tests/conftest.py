@@ -30,20 +30,66 @@ def pytest_configure(config: pytest.Config) -> None:
     container tests train beside them on the same two cores (``-n 2``, below), and two torch
     processes each spinning two OpenMP threads on two cores both train 8x slower (measured here,
     2026-12-03: a 6-epoch demo in a container took 242 s beside a host run, 29 s alone, 51 s
-    with the host run at one thread). The containers keep torch's own default, as production."""
+    with the host run at one thread). The containers keep torch's own default, as production.
+
+    Under xdist the controller serves the wheelhouse to the image builds of both workers (the
+    training worker's and the one that runs the containers that train nothing, below)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        from tests.container.conftest import serve_wheelhouse
+
+        serve_wheelhouse()
+
+
+# Container tests that train nothing (refusals at start, builds, the registry push): the host
+# tests' worker takes them once its own are done, beside the training worker. Two containers
+# that train side by side would both train 8x slower (above), so each of these is checked to
+# stop before a training step; prefixes of node ids.
+BESIDE_TRAINING = tuple(
+    f"tests/container/{name}"
+    for name in (
+        "test_release.py",
+        "test_skypilot.py",
+        "test_compose.py::test_compose_asks_for_every_gpu",
+        "test_compose.py::test_cpu_override_drops_the_gpu_request",
+        "test_compose.py::test_env_example_means_the_same",
+        "test_dataset.py::test_doctor_errors_stop_the_run",
+        "test_dataset.py::test_not_enough_disk_stops_before_downloading",
+        "test_faults.py::test_a_hub_down_while_a_new_volume_resumes_trains_nothing",
+        "test_faults.py::test_a_refused_xet_token_stops_at_start",
+        "test_faults.py::test_a_stop_during_staging",
+        "test_image.py::test_a_bad_setting_stops_before_training",
+        "test_image.py::test_torch_is_exactly_the_pinned_build",
+        "test_image.py::test_the_build_fails_when_a_dependency_would_replace_torch",
+        "test_image.py::test_image_size_bench_accounts_for_every_byte",
+        "test_image.py::test_any_command_runs_under_tini",
+        "test_preflight.py::test_auto_without_a_gpu_stops",
+        "test_preflight.py::test_check_on_the_cpu_reports_and_passes",
+        "test_preflight.py::test_small_shm_with_workers_stops_when_told_to",
+        "test_upload.py::test_a_bad_token_stops_before_training",
+    )
+)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """pytest-xdist's scheduler for ``-n 2`` (pyproject.toml): the container tests are one unit
-    of work, run in order by one worker (they share one engine, the image it builds once, and
-    the host's ports); every host test is a unit of its own, run by the other worker meanwhile.
+    """pytest-xdist's scheduler for ``-n 2`` (pyproject.toml): the container tests that train
+    are one unit of work, run in order by one worker (they share one engine, the image it
+    builds once, and the host's ports); every host test is a unit of its own, run by the other
+    worker meanwhile, and the container tests that train nothing are one unit that the first
+    worker free takes last (the host tests end ~10 min before the training chain does).
     (Not ``--dist loadgroup``: it renames nodes, which pytest 9.2 no longer reads.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     class ContainersTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith(BESIDE_TRAINING):
+                return "containers beside training"
             return "containers" if nodeid.startswith("tests/container/") else nodeid
+
+        def _assign_work_unit(self, node: object) -> None:
+            if len(self.workqueue) > 1:  # the containers that train nothing go last
+                self.workqueue.move_to_end("containers beside training", last=True)
+            super()._assign_work_unit(node)
 
     return ContainersTogether(config, log)
 

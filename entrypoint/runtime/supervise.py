@@ -25,6 +25,7 @@ log = logging.getLogger("trainbox")
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "docker" / "supervisord.conf"
 TRAIN_PROGRAM = "train"
+WAKE_S = 0.1
 
 
 def render(runtime: Path, train_command: str, cfg: Config) -> str:
@@ -79,19 +80,22 @@ def run(cfg: Config, train_command: str | None = None, runtime: Path | None = No
 
 
 def _wake(sock: Path, child: subprocess.Popen) -> None:
-    """Connect once to supervisord's socket as soon as it listens. Its main loop polls its
-    sockets before it starts any program, with a 1 s timeout (supervisor 4.3.0,
-    ``supervisord.py``, ``runforever``: ``timeout = 1``, ``poll`` then ``transition``), so
-    every program was spawned a full second after "supervisord started"; an event on the
-    socket ends that first wait (measured: train spawned 1.0 s sooner)."""
-    deadline = time.monotonic() + 10
-    while child.poll() is None and time.monotonic() < deadline:
+    """Wake supervisord's main loop every WAKE_S while it runs. The loop polls its sockets
+    with a 1 s timeout (supervisor 4.3.0, ``supervisord.py``, ``runforever``: ``timeout =
+    1``) and takes one step per pass: it spawns the programs after the first pass, hands the
+    listener train's exit on the pass after it reaps it, and stops one program group per
+    pass at shutdown, so a run ended 3 s after train did, idle. A connection to its socket is
+    an event that ends the wait. Measured on the demo container: train's exit to the
+    container's end 3.0 s -> 0.15 s; supervisord at 10 wakes a second used 0.3% of a core."""
+    listening = False
+    while child.poll() is None:
         try:
             with socket.socket(socket.AF_UNIX) as connection:
                 connection.connect(str(sock))
-                return
+                listening = True
         except OSError:
-            time.sleep(0.01)
+            pass  # not listening yet, or gone
+        time.sleep(WAKE_S if listening else 0.01)  # the first pass, at once
 
 
 def listen(runtime: Path) -> None:

@@ -94,17 +94,31 @@ TESTED_CUDA = "13.0"
 FLAVOUR_ARGS = ["--build-arg", "TORCH_INDEX_URL=", "--build-arg", f"TORCH_CUDA={TESTED_CUDA}"]
 
 
+SERVED = "TRAINBOX_WHEELHOUSE_SERVED"  # set where the xdist controller serves it for all
+
+
+def serve_wheelhouse() -> ThreadingHTTPServer | None:
+    """Serve TRAINBOX_WHEELHOUSE on WHEELHOUSE_PORT, unless nobody gave one or it is served."""
+    wheelhouse = os.environ.get("TRAINBOX_WHEELHOUSE")
+    if not wheelhouse or os.environ.get(SERVED):
+        return None
+    server = serve(Path(wheelhouse), WHEELHOUSE_PORT)
+    os.environ[SERVED] = "1"  # seen by the workers the controller starts next
+    return server
+
+
 @pytest.fixture(scope="session")
 def build_args(engine: None) -> Iterator[list[str]]:
     """The tested flavour, with pip's source: the wheelhouse on loopback when one is given."""
-    wheelhouse = os.environ.get("TRAINBOX_WHEELHOUSE")
-    if not wheelhouse:
+    if not os.environ.get("TRAINBOX_WHEELHOUSE"):
         yield FLAVOUR_ARGS
         return
-    server = serve(Path(wheelhouse), WHEELHOUSE_PORT)
-    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    server = serve_wheelhouse()  # none under xdist: the controller serves it
+    url = f"http://127.0.0.1:{WHEELHOUSE_PORT}/"
     yield [*FLAVOUR_ARGS, "--build-arg", f"PIP_FIND_LINKS={url}", "--build-arg", "PIP_NO_INDEX=1"]
-    server.shutdown()
+    if server:
+        server.shutdown()
+        os.environ.pop(SERVED)
 
 
 def build(tag: str, build_args: list[str], *extra: str) -> subprocess.CompletedProcess:

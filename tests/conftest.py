@@ -43,8 +43,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # Container tests that train nothing (refusals at start, builds, the registry push): the host
 # tests' worker takes them once its own are done, beside the training worker. Two containers
-# that train side by side would both train 8x slower (above), so each of these is checked to
-# stop before a training step; prefixes of node ids.
+# that train side by side would both train 8x slower (above), so each of these must stop
+# before a training step (read from each test; nothing checks it); prefixes of node ids.
+ASIDE = "containers beside training"  # their unit of work
 BESIDE_TRAINING = tuple(
     f"tests/container/{name}"
     for name in (
@@ -83,12 +84,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     class ContainersTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             if nodeid.startswith(BESIDE_TRAINING):
-                return "containers beside training"
+                return ASIDE
             return "containers" if nodeid.startswith("tests/container/") else nodeid
 
         def _assign_work_unit(self, node: object) -> None:
-            if len(self.workqueue) > 1:  # the containers that train nothing go last
-                self.workqueue.move_to_end("containers beside training", last=True)
+            if ASIDE in self.workqueue:  # the containers that train nothing go last
+                self.workqueue.move_to_end(ASIDE)
             super()._assign_work_unit(node)
 
     return ContainersTogether(config, log)

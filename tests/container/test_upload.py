@@ -70,10 +70,12 @@ def test_every_epoch_is_uploaded_and_the_hub_matches_the_volume(
 
 
 def test_hub_faults_lose_nothing(image: str, volume: str, hub: Hub) -> None:
+    # The first commit meets each commit fault once, in a row, and waits 1 + 2 + 4 s (two of
+    # each doubled the backoff up to 30 s: 61 s of waiting that showed nothing more).
     hub.faults += [
-        Fault("/commit/", status=429, times=2, methods=("POST",)),
-        Fault("/commit/", status=503, times=2, methods=("POST",)),
-        Fault("/commit/", status=412, times=2, methods=("POST",)),
+        Fault("/commit/", status=429, methods=("POST",)),
+        Fault("/commit/", status=503, methods=("POST",)),
+        Fault("/commit/", status=412, methods=("POST",)),
         Fault("/cas/v1/xorbs/", drop_after=1000, times=2, methods=("POST",)),  # cut midway
         Fault("/preupload/", status=500, times=2, methods=("POST",)),
     ]

@@ -44,7 +44,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # Container tests that train nothing (refusals at start, builds, the registry push): the host
 # tests' worker takes them once its own are done, beside the training worker. Two containers
 # that train side by side would both train 8x slower (above), so each of these must stop
-# before a training step (read from each test; nothing checks it); prefixes of node ids.
+# before a training step (tests/container/conftest.py checks it); prefixes of node ids.
 ASIDE = "containers beside training"  # their unit of work
 BESIDE_TRAINING = tuple(
     f"tests/container/{name}"

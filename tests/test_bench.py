@@ -75,41 +75,11 @@ def test_the_cold_start_pull_goal_names_the_floor_the_unthrottled_pull_sets(
     assert "floor 0.73x" in printed and "largest layer 1.20 GB" in printed
 
 
-def test_the_cold_start_proxy_caps_each_connection_not_their_sum() -> None:
-    """What one CDN stream gives: two connections at once each get the whole rate."""
-    import socket
-    import threading
-    import time
-
+def test_the_cold_start_proxy_caps_each_connection() -> None:
+    """What one CDN stream gives: two connections at once each held to the rate (that they
+    are not held to half of it is a speed claim: the bench prints it)."""
     from tests.bench import cold_start
 
     size, rate = 8 << 20, 16e6  # 0.52 s per connection at the cap
-    server = socket.create_server(("127.0.0.1", 0))
-
-    def answer() -> None:
-        while True:
-            peer, _ = server.accept()
-            threading.Thread(target=lambda p=peer: (p.sendall(b"x" * size), p.close())).start()
-
-    threading.Thread(target=answer, daemon=True).start()
-    throttle = cold_start.Throttle(server.getsockname()[1], rate)
-    seconds: list[float] = []
-
-    def fetch() -> None:
-        started, got = time.monotonic(), 0
-        with socket.create_connection(("127.0.0.1", throttle.port)) as conn:
-            while chunk := conn.recv(1 << 20):
-                got += len(chunk)
-        assert got == size
-        seconds.append(time.monotonic() - started)
-
-    clients = [threading.Thread(target=fetch) for _ in range(2)]
-    started = time.monotonic()
-    for client in clients:
-        client.start()
-    for client in clients:
-        client.join(30)
-    both = time.monotonic() - started
-    throttle.close()
-    assert len(seconds) == 2 and min(seconds) >= 0.9 * size / rate  # each one is capped
-    assert both < 1.6 * size / rate  # but not their sum (that would take 2x)
+    _, seconds = cold_start.streams(rate, size)
+    assert len(seconds) == 2 and min(seconds) >= 0.9 * size / rate

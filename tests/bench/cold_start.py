@@ -108,6 +108,43 @@ class Throttle:
         self.loop.call_soon_threadsafe(self.server.close)
 
 
+STREAM = 8 << 20  # bytes each connection of the proxy check fetches
+
+
+def streams(rate: float, size: int = STREAM) -> tuple[float, list[float]]:
+    """Two connections at once through a Throttle at ``rate``, each fetching ``size`` bytes
+    from a local server: (seconds for both, seconds of each)."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def answer() -> None:
+        while True:
+            peer, _ = server.accept()
+            threading.Thread(target=lambda p=peer: (p.sendall(b"x" * size), p.close())).start()
+
+    threading.Thread(target=answer, daemon=True).start()
+    throttle = Throttle(server.getsockname()[1], rate)
+    seconds: list[float] = []
+
+    def fetch() -> None:
+        started, got = time.monotonic(), 0
+        with socket.create_connection(("127.0.0.1", throttle.port)) as conn:
+            while chunk := conn.recv(1 << 20):
+                got += len(chunk)
+        if got == size:
+            seconds.append(time.monotonic() - started)
+
+    clients = [threading.Thread(target=fetch) for _ in range(2)]
+    started = time.monotonic()
+    for client in clients:
+        client.start()
+    for client in clients:
+        client.join(60)
+    both = time.monotonic() - started
+    throttle.close()
+    server.close()
+    return both, seconds
+
+
 # --- the registry and the cold engine ---------------------------------------------------
 def registry(folder: Path, port: int | None = None) -> tuple[subprocess.Popen, int]:
     """Debian's docker-registry on 127.0.0.1 (a free port unless given), storing in ``folder``."""
@@ -349,6 +386,9 @@ def main() -> None:
         engine, host = cold_engine(work / "cold")
         servers.append(engine)
         throttle = Throttle(port, args.rate * 1e6)
+        both, _ = streams(args.rate * 1e6)
+        # The proxy caps each connection, not their sum: two at once take one's time.
+        print(f"proxy: two streams at once took {both * args.rate * 1e6 / STREAM:.2f}x one's")
         pulls: dict[str, dict[str, float]] = {}
         starts: dict[str, dict[str, float]] = {}
         for key, (tag, _) in images.items():

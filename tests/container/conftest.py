@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from entrypoint.dataset import archive, demo
-from tests.conftest import REPO
+from tests.conftest import BESIDE_TRAINING, REPO
 from tests.standins.hub import GOOD_TOKEN, Hub
 
 DOCKER = os.environ.get("DOCKER", "docker")
@@ -35,12 +35,30 @@ WHEELHOUSE_PORT = int(os.environ.get("TRAINBOX_WHEELHOUSE_PORT", "8765"))
 LOGS = REPO / ".cache" / "test-logs"
 
 
+PRINTED: list[str] = []  # what docker commands printed during the test now running
+
+
 def docker(*args: str, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
-    """Run the docker client; output captured as text, never raising on failure."""
+    """Run the docker client; output captured as text (and kept in PRINTED), never raising
+    on failure."""
     env = {**os.environ, "DOCKER_BUILDKIT": "1", **kwargs.pop("env", {})}
-    return subprocess.run(
+    result = subprocess.run(
         [DOCKER, *args], capture_output=True, text=True, timeout=timeout, env=env, **kwargs
     )
+    PRINTED.append(result.stdout + result.stderr)
+    return result
+
+
+@pytest.fixture(autouse=True)
+def trains_nothing_when_beside_training(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test in BESIDE_TRAINING runs beside the training worker (tests/conftest.py says why):
+    none of its containers may start the train program (supervisord's "spawned: 'train'")."""
+    PRINTED.clear()
+    yield
+    if request.node.nodeid.startswith(BESIDE_TRAINING):
+        assert not any("spawned: 'train'" in out for out in PRINTED), (
+            f"{request.node.nodeid} trains: take it out of BESIDE_TRAINING"
+        )
 
 
 def dockerfile_arg(name: str) -> str:

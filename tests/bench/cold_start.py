@@ -386,7 +386,9 @@ def main() -> None:
         engine, host = cold_engine(work / "cold")
         servers.append(engine)
         throttle = Throttle(port, args.rate * 1e6)
-        both, _ = streams(args.rate * 1e6)
+        both, whole = streams(args.rate * 1e6)
+        if len(whole) != 2:
+            raise SystemExit(f"proxy: {2 - len(whole)} of two streams came short: no ratio")
         # The proxy caps each connection, not their sum: two at once take one's time.
         print(f"proxy: two streams at once took {both * args.rate * 1e6 / STREAM:.2f}x one's")
         pulls: dict[str, dict[str, float]] = {}

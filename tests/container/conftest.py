@@ -52,7 +52,9 @@ def docker(*args: str, timeout: float = 600, **kwargs) -> subprocess.CompletedPr
 @pytest.fixture(autouse=True)
 def trains_nothing_when_beside_training(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test in BESIDE_TRAINING runs beside the training worker (tests/conftest.py says why):
-    none of its containers may start the train program (supervisord's "spawned: 'train'")."""
+    none of its containers may start the train program (supervisord's "spawned: 'train'").
+    It reads what ``docker()`` printed: a foreground run's output, a detached Container's log
+    (read at its removal); a container another program starts (SkyPilot's) is not seen."""
     PRINTED.clear()
     yield
     if request.node.nodeid.startswith(BESIDE_TRAINING):
@@ -255,6 +257,7 @@ class Container:
         return result.stdout + result.stderr
 
     def remove(self) -> None:
+        self.logs()  # into PRINTED, for trains_nothing_when_beside_training
         docker("rm", "-f", self.name)
 
 

@@ -16,7 +16,9 @@
   ``utils/_http.default_client_factory``), so a hanging Hub would hang a commit forever.
 
 File bytes are streamed with urllib, which is several times faster than the client's own
-HTTP stack for one large file, and a dropped connection is resumed with a Range request.
+HTTP stack for one large file, and a dropped connection is resumed with a Range request. A
+file that another library loads by its Hub id (transformers: a DINOv2 teacher) is downloaded
+by the client itself instead (``cache``), into its own cache, where that library looks.
 """
 
 import errno
@@ -372,6 +374,32 @@ def download(target: Target, path: Path, *, wait: float = WAIT) -> str | None:
             out.write(chunk)
     os.replace(part, path)
     return remote.commit
+
+
+def in_cache(target: Target) -> Path | None:
+    """The file the Hub client's own cache (HF_HOME) holds for ``target``; asks nothing."""
+    found = _hf().try_to_load_from_cache(
+        target.repo, target.name, revision=target.revision, repo_type=target.repo_type
+    )
+    return Path(found) if isinstance(found, str) else None
+
+
+def cache(target: Target, *, wait: float = WAIT) -> Path | None:
+    """Download a file into the Hub client's own cache (HF_HOME), by the client itself (through
+    Xet where the Hub stores it so), for a library that loads it from there by its Hub id; None
+    when the Hub says it is not there. The client writes ``.incomplete`` files and renames
+    them, and resumes one after a dropped connection."""
+
+    def download() -> Path:
+        return Path(
+            _hf().hf_hub_download(
+                target.repo, target.name, repo_type=target.repo_type,
+                revision=target.revision, token=token(), library_name="trainbox",
+                library_version=__version__,
+            )
+        )  # fmt: skip
+
+    return call(absent_as_none(download), f"download {target.name}", target, wait=wait)
 
 
 def _open(url: str, offset: int) -> http.client.HTTPResponse:

@@ -184,18 +184,18 @@ def _prepare(cfg: Config, runtime: Path | None = None) -> "int | Prepared":
     # teacher: asked for before a Hub dataset's long download and fetched meanwhile; after a
     # local one's quick check.
     found = None if resume.has_checkpoint(cfg) else weights.source(cfg)
-    teacher = weights.teacher(cfg)  # distill_model's, a resumed run's too
+    files = [found, *weights.teacher(cfg)]  # and distill_model's, a resumed run's too
     status.record(cfg.workspace, "staging")
     if cfg.dataset_repo:
-        weights.check(cfg, found)
-        weights.check(cfg, teacher)
-        fetching = weights.Background(cfg, found, teacher)
+        for each in files:
+            weights.check(cfg, each)
+        fetching = weights.Background(cfg, *files)
         dataset.stage(cfg)
         fetching.result()
     else:
         dataset.stage(cfg)
-        weights.fetch(cfg, found)
-        weights.fetch(cfg, teacher)
+        for each in files:
+            weights.fetch(cfg, each)
     manifest = publish.provenance(cfg, verdict, dataset.identity(cfg))
     if previous:  # the Hub keeps the run's manifest until the resume is known to be right
         resume.check_dataset(cfg, previous, manifest)

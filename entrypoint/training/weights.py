@@ -9,7 +9,10 @@ huggingface.co inside the train program, after staging, without ``HF_ENDPOINT`` 
 ``HF_TOKEN``; through the gateway a missing file or a refused token ends the preparation with
 one line, and a Hub that cannot be asked waits ``HUB_WAIT`` like every other Hub call. A
 distillation teacher (``TRAIN_ARGS="distill_model=LibreYOLO9m.pt"``) is fetched the same way,
-beside the start weights, and the train program gives LibreYOLO its path.
+beside the start weights, and the train program gives LibreYOLO its path. A DINOv2 teacher
+(``distill_model=dinov2``) is loaded by transformers by its Hub id, so its files are fetched,
+through the gateway too, into the Hub client's cache (HF_HOME, on the volume), where transformers
+finds them even when the Hub cannot be asked once training started.
 """
 
 import logging
@@ -29,6 +32,9 @@ log = logging.getLogger("trainbox")
 PREFIX = "hf://"
 FOLDER = "weights"  # on the volume: WORKSPACE/weights/ORG/NAME/PATH
 PUBLISHED = re.compile(r"https://huggingface\.co/([^/]+/[^/]+)/resolve/([^/]+)/(.+)")
+# What transformers 5 reads for Dinov2Model.from_pretrained (LibreYOLO's DINOv2Teacher):
+# the config, then the safetensors weights, which every facebook/dinov2-* repo has.
+DINOV2_FILES = ("config.json", "model.safetensors")
 
 
 def architecture(model: str, device: str = "cpu") -> Any:
@@ -91,10 +97,11 @@ def check_size(cfg: Config) -> None:
 
 @dataclass(frozen=True)
 class Source:
-    """Where the start weights come from (``target``, None for a path) and where they live."""
+    """Where the start weights come from (``target``, None for a path) and where they live
+    (``path``; None: in the Hub client's cache)."""
 
     target: hub.Target | None
-    path: Path
+    path: Path | None
     named: str = ""  # the setting and its value, for error lines: MODEL=LibreYOLO9s.pt
 
 
@@ -123,18 +130,21 @@ def source(cfg: Config) -> Source | None:
     return _source(cfg, "MODEL", cfg.model, cfg.pretrained)
 
 
-def teacher(cfg: Config) -> Source | None:
-    """The teacher TRAIN_ARGS' ``distill_model`` names, fetched like MODEL's weights (LibreYOLO
-    would download it itself once training started, past HF_ENDPOINT and HUB_WAIT); None for
-    none, or for DINOv2, which transformers downloads through the Hub client itself."""
+def teacher(cfg: Config) -> list[Source]:
+    """The files of the teacher TRAIN_ARGS' ``distill_model`` names, fetched like MODEL's
+    weights (LibreYOLO would download it itself once training started, past HF_ENDPOINT and
+    HUB_WAIT): one, or for DINOv2 those transformers reads, into the Hub client's cache."""
     name = options.effective(cfg).get("distill_model")
     if not name:
-        return None
-    from libreyolo.distillation.teachers import is_foundation_teacher  # imports torch
+        return []
+    from libreyolo.distillation import teachers  # imports torch
 
-    if is_foundation_teacher(name):
-        return None
-    return _source(cfg, "distill_model", name, pretrained=True)
+    if not teachers.is_foundation_teacher(name):
+        return [_source(cfg, "distill_model", name, pretrained=True)]
+    repo = teachers.DINOV2_ALIASES.get(name.lower(), name)  # as DINOv2Teacher resolves it
+    named = f"distill_model={name}"
+    return [Source(hub.Target("distill_model", repo, file, "main", "model"), None, named)
+            for file in DINOV2_FILES]  # fmt: skip
 
 
 def _source(cfg: Config, setting: str, model: str, pretrained: bool) -> Source | None:
@@ -165,9 +175,14 @@ def _source(cfg: Config, setting: str, model: str, pretrained: bool) -> Source |
 def check(cfg: Config, found: Source | None) -> None:
     """Before a long staging: the weights exist where their setting says (one metadata
     request)."""
-    pending = found and found.target and not found.path.is_file()
+    pending = found and found.target and not _here(found)
     if pending and hub.locate(found.target, wait=cfg.hub_wait) is None:
         raise _missing(found)
+
+
+def _here(found: Source) -> bool:
+    """On the volume already: at its path, or in the Hub client's cache."""
+    return found.path.is_file() if found.path else hub.in_cache(found.target) is not None
 
 
 def _missing(found: Source) -> TrainboxError:
@@ -184,9 +199,15 @@ def fetch(cfg: Config, found: Source | None) -> Path | None:
     if found is None or found.target is None:
         return found.path if found else None
     what = "start weights" if found.target.setting == "MODEL" else "distillation teacher"
-    if found.path.is_file():
-        log.info("%s %s already on the volume", what, found.path)
+    if _here(found):
+        log.info("%s %s already on the volume", what, found.path or found.target.name)
         return found.path
+    if found.path is None:
+        log.info("fetching the %s %s from %s into the Hub cache", what, found.target.name,
+                 found.target.repo)  # fmt: skip
+        if hub.cache(found.target, wait=cfg.hub_wait) is None:
+            raise _missing(found)
+        return None
     found.path.parent.mkdir(parents=True, exist_ok=True)
     log.info("fetching the %s %s from %s", what, found.target.name, found.target.repo)
     if hub.download(found.target, found.path, wait=cfg.hub_wait) is None:
@@ -229,6 +250,8 @@ def local(cfg: Config) -> Path | None:
 
 
 def local_teacher(cfg: Config) -> Path | None:
-    """For the train program: the fetched teacher, when ``distill_model`` names one."""
-    found = teacher(cfg)
-    return found.path if found and found.path.is_file() else None
+    """For the train program: the fetched teacher, when ``distill_model`` names a LibreYOLO
+    model (DINOv2 keeps its name: transformers finds it in the Hub client's cache)."""
+    files = teacher(cfg)
+    path = files[0].path if len(files) == 1 else None
+    return path if path and path.is_file() else None

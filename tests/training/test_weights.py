@@ -114,6 +114,61 @@ def test_the_weights_download_while_the_dataset_stages(
     assert taught.read_bytes() == CHECKPOINT[::-1]
 
 
+def tiny_dinov2(folder: Path) -> Path:
+    """A DINOv2 as transformers saves one (config.json, model.safetensors), about 60 kB."""
+    from transformers import Dinov2Config, Dinov2Model
+
+    config = Dinov2Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                          intermediate_size=64, image_size=56)  # fmt: skip
+    Dinov2Model(config).save_pretrained(folder)
+    return folder
+
+
+def test_a_dinov2_teacher_is_fetched_where_transformers_finds_it_with_the_hub_down(
+    tmp_path: Path, on_hub: Hub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LibreYOLO's DINOv2Teacher loads ``facebook/dinov2-base`` by its Hub id (transformers'
+    ``from_pretrained``): the gateway fetches what that reads into the Hub client's cache, by
+    the client itself through Xet as the Hub serves it, and LibreYOLO then builds the teacher
+    from there while the Hub refuses every connection."""
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf"))
+    api = huggingface_hub.HfApi(endpoint=on_hub.url, token=GOOD_TOKEN)
+    api.create_repo("facebook/dinov2-base")
+    api.upload_folder(repo_id="facebook/dinov2-base", folder_path=tiny_dinov2(tmp_path / "dino"))
+    cfg = load(tmp_path, TRAIN_ARGS="distill_model=dinov2", HUB_WAIT="2")
+    files = weights.teacher(cfg)
+    assert [(f.target.repo, f.target.name, f.path) for f in files] == [
+        ("facebook/dinov2-base", "config.json", None),
+        ("facebook/dinov2-base", "model.safetensors", None),
+    ]
+    for each in files:
+        weights.check(cfg, each)
+    weights.Background(cfg, *files).result()
+    assert any("/reconstructions/" in path for _, path in on_hub.requests), "not through Xet"
+    assert weights.local_teacher(cfg) is None  # LibreYOLO is given the name, not a path
+    asked = len(on_hub.requests)
+    for each in weights.teacher(cfg):  # a restart: in the cache already, nothing asked
+        weights.check(cfg, each)
+        weights.fetch(cfg, each)
+    assert len(on_hub.requests) == asked
+    on_hub.refuse(600)  # the Hub cannot be asked once training starts
+    from libreyolo.distillation.teachers import DINOv2Teacher
+
+    assert DINOv2Teacher("dinov2").hidden_size == 32  # as LibreYOLO's trainer builds it
+
+
+def test_a_missing_dinov2_teacher_ends_before_staging(tmp_path: Path, on_hub: Hub) -> None:
+    cfg = load(tmp_path, TRAIN_ARGS="distill_model=dinov2_vits14", HUB_WAIT="2")
+    with pytest.raises(TrainboxError) as caught:
+        for each in weights.teacher(cfg):
+            weights.check(cfg, each)
+    assert caught.value.code == ExitCode.DATASET
+    assert str(caught.value).startswith(
+        "distill_model=dinov2_vits14: config.json is not in the Hub model repo "
+        "facebook/dinov2-small"
+    )
+
+
 def test_a_local_dataset_is_checked_before_the_hub_is_asked_for_weights(
     tmp_path: Path, on_hub: Hub, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -387,8 +387,9 @@ def in_cache(target: Target) -> Path | None:
 def cache(target: Target, *, wait: float = WAIT) -> Path | None:
     """Download a file into the Hub client's own cache (HF_HOME), by the client itself (through
     Xet where the Hub stores it so), for a library that loads it from there by its Hub id; None
-    when the Hub says it is not there. The client writes ``.incomplete`` files and renames
-    them, and resumes one after a dropped connection."""
+    when the Hub says it is not there. The client writes each file to an ``.incomplete`` file
+    of its own and renames it; a failed attempt deletes that file, so the next starts over
+    (huggingface_hub 2.4.0, ``file_download._download_to_tmp_and_move``, read 2026-12-03)."""
 
     def download() -> Path:
         return Path(

@@ -256,6 +256,17 @@ def launch(procs: int) -> int:
     return distributed.launch(_supervised()[0], procs, store.runtime())
 
 
+@cli.command("elastic", hidden=True, context_settings={"ignore_unknown_options": True,
+                                                      "help_option_names": []})  # fmt: skip
+@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+def elastic(argv: tuple[str, ...]) -> int:
+    """torchrun, for ``launch`` (internal)."""
+    from entrypoint.state import store
+    from entrypoint.training import distributed
+
+    return distributed.elastic(list(argv), store.runtime())
+
+
 @cli.command("watchdog", hidden=True)
 def watchdog_command() -> int:
     """The supervised watchdog (internal): MAX_RUNTIME, STALL_TIMEOUT, status refresh."""

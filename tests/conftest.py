@@ -2,6 +2,7 @@
 
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -107,6 +108,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
                     terminalreporter.write_line(f"\n{report.nodeid}:")
                     for line in lines:
                         terminalreporter.write_line(f"  {line}")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (host networking shares ports)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def trainbox(

@@ -244,6 +244,15 @@ def reason(folder: Path, who: str) -> str:
     return str(read_json(folder / f"{who}-code.json").get("reason", ""))
 
 
+def write_failures(folder: Path, failures: dict[int, int]) -> None:
+    """The ranks torchrun saw fail, each with its exit code (negative: the signal that ended it)."""
+    _write(folder / "rank-failures.json", {str(rank): code for rank, code in failures.items()})
+
+
+def failures(folder: Path) -> dict[int, int]:
+    return {int(rank): int(code) for rank, code in read_json(folder / "rank-failures.json").items()}
+
+
 def mark_started(folder: Path) -> None:
     """A rank got past the rendezvous (``training.distributed``)."""
     _write(folder / "train-started.json", {"at": stamp()})

@@ -47,8 +47,10 @@ def command(cfg: Config, gpus: int) -> str:
 
 
 def torchrun(cfg: Config, procs: int) -> list[str]:
+    """torchrun's command line, through ``trainbox elastic``: torchrun itself, which also keeps
+    which ranks failed and how (``elastic``)."""
     return [
-        sys.executable, "-m", "torch.distributed.run",
+        sys.executable, "-m", "entrypoint", "elastic",
         f"--nnodes={cfg.nnodes}", f"--node-rank={cfg.node_rank}", f"--nproc-per-node={procs}",
         f"--master-addr={cfg.master_addr}", f"--master-port={cfg.master_port}",
         f"--rdzv-conf=timeout={cfg.rdzv_timeout}", "--max-restarts=0",
@@ -72,14 +74,42 @@ def environment(cfg: Config, parent: dict[str, str] | None = None) -> dict[str, 
     return env
 
 
+def elastic(argv: list[str], runtime: Path) -> int:
+    """torchrun (``torch.distributed.run``'s own ``main``, as ``python -m torch.distributed.run``
+    runs it), keeping each failed rank's exit code or signal for ``launch``: torchrun says them
+    only in its printed report (``ChildFailedError.failures``)."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main as torchrun_main
+
+    try:
+        torchrun_main(argv)
+    except ChildFailedError as err:
+        store.write_failures(runtime, {rank: failure.exitcode
+                                       for rank, failure in err.failures.items()})  # fmt: skip
+        raise
+    return ExitCode.OK
+
+
 def launch(cfg: Config, procs: int, runtime: Path) -> int:
     """The ``train`` program under torchrun: run it, then turn how it ended into one line and
     the job's exit code. A stop reaches torchrun and the ranks (the whole process group), so
-    this waits for them."""
+    this waits for them.
+
+    A rank that dies once the job finished (rank 0 published the last epoch and every rank
+    heard it: ``Heartbeat.finish``) fails torchrun, not the run: the job ends 0, with a warning
+    naming the rank and its signal."""
     for stop in (signal.SIGINT, signal.SIGTERM):
         signal.signal(stop, signal.SIG_IGN)
     code = subprocess.run(torchrun(cfg, procs), env=environment(cfg), check=False).returncode
-    if (chosen := store.code(runtime, "rank")) is not None:
+    chosen = store.code(runtime, "rank")
+    if code and chosen == ExitCode.OK:
+        log.warning(
+            "training completed and its last epoch is published, but %s at its exit; torchrun "
+            "reported a failure, the run counts as completed",
+            _failed(store.failures(runtime)),
+        )
+        return ExitCode.OK
+    if chosen is not None:
         return chosen
     if code and not store.started(runtime):
         log.error(
@@ -95,6 +125,17 @@ def launch(cfg: Config, procs: int, runtime: Path) -> int:
     return code
 
 
+def _failed(failures: dict[int, int]) -> str:
+    """``{rank: exit code}`` (torchrun's: negative for a signal) in words."""
+    if not failures:
+        return "a rank failed"
+
+    def how(code: int) -> str:
+        return f"died of {signal.Signals(-code).name}" if code < 0 else f"exited {code}"
+
+    return ", ".join(f"rank {rank} {how(code)}" for rank, code in sorted(failures.items()))
+
+
 def started() -> None:
     """A rank is past the rendezvous (for ``launch``)."""
     if runtime := os.environ.get(store.RUNTIME):
@@ -107,12 +148,19 @@ def chose(code: int) -> None:
         store.write_code(Path(runtime), "rank", code)
 
 
+FINISHED = "trainbox/finished"  # set by rank 0 once the last epoch is published
+FINISH_WAIT = datetime.timedelta(hours=1)  # the longest an export after training may take
+
+
 class Heartbeat:
     """Each rank's pulse in torchrun's own rendezvous store (on node 0), so that when a
-    collective fails, the ranks still alive can name the ones that went silent."""
+    collective fails, the ranks still alive can name the ones that went silent; and the
+    ranks' last meeting (``finish``). ``stop`` before the rank returns."""
 
     def __init__(self, store: Any, world: int) -> None:
         self.store, self.world, self.rank = store, world, rank()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
 
     @classmethod
     def start(cls) -> "Heartbeat | None":
@@ -125,18 +173,49 @@ class Heartbeat:
                               is_master=False, timeout=datetime.timedelta(seconds=10))  # fmt: skip
         pulse = cls(store, world)
         store.set(f"trainbox/node/{pulse.rank}", os.environ.get("GROUP_RANK", "?"))
-        threading.Thread(target=pulse._beat, daemon=True).start()
+        pulse._thread.start()
         return pulse
 
     def _beat(self) -> None:
         count = 0
-        while True:
+        while not self._stopped.is_set():
             count += 1
             try:
                 self.store.set(f"trainbox/beat/{self.rank}", str(count))
             except Exception:  # the store is gone with node 0: silent() says so
                 return
-            time.sleep(HEARTBEAT_SECONDS)
+            self._stopped.wait(HEARTBEAT_SECONDS)
+
+    def stop(self) -> None:
+        """Stop beating, wait for the thread, let go of the store: before the rank returns.
+
+        A thread still inside ``TCPStore.set`` (a C++ call that lets go of the GIL) when the
+        interpreter finalizes is ended by ``pthread_exit`` as it takes the GIL back; that
+        unwinds through pybind11's ``noexcept`` GIL guard, and the C++ runtime calls
+        ``std::terminate``: "terminate called without an active exception", SIGABRT, and
+        torchrun failed a run that had completed (#41; reproduced with the beat's interval at
+        0: tests/bench/rank_exit.py)."""
+        self._stopped.set()
+        if self._thread.is_alive():
+            self._thread.join()  # at most the store's 10 s timeout
+        self.store = None
+
+    def finish(self) -> bool:
+        """Training completed on this rank: rank 0, whose last epoch is published by now, says
+        so; every other rank waits for it (up to FINISH_WAIT), so that no rank's exit can make
+        torchrun tear rank 0 down while it publishes or exports. True once the job is known
+        finished, recorded for this node's ``launch``."""
+        try:
+            if self.rank == 0:
+                chose(ExitCode.OK)  # before the others hear it: one of them may die at its exit
+                self.store.set(FINISHED, "1")
+            else:
+                self.store.wait([FINISHED], FINISH_WAIT)
+                chose(ExitCode.OK)  # this node's launch: the job finished
+        except Exception as err:  # node 0 gone, or an export longer than FINISH_WAIT
+            log.warning("rank %d: node 0 did not say the job finished (%s)", self.rank, err)
+            return False
+        return True
 
     def _pulses(self) -> dict[int, bytes]:
         keys = {r: f"trainbox/beat/{r}" for r in range(self.world) if r != self.rank}

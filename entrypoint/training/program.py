@@ -166,6 +166,15 @@ def main(cfg: Config, run: Prepared | None = None) -> int:
     distributed.started()
     pulse = distributed.Heartbeat.start()
     try:
+        return _trained(cfg, run, pulse)
+    finally:
+        if pulse:
+            pulse.stop()
+
+
+def _trained(cfg: Config, run: Prepared, pulse: distributed.Heartbeat | None) -> int:
+    """Train, and under torchrun meet the other ranks at the end; the program's exit code."""
+    try:
         train(cfg, run)
     except KeyboardInterrupt:
         log.warning("training interrupted; the last finished epoch is in %s", cfg.run_dir)
@@ -190,4 +199,6 @@ def main(cfg: Config, run: Prepared | None = None) -> int:
             cfg.run_dir / "train.log",
         )
         return ExitCode.TRAINING_FAILED
+    if pulse:
+        pulse.finish()
     return ExitCode.OK

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -86,13 +85,6 @@ def serve(folder: Path, port: int = 0) -> ThreadingHTTPServer:
     server = ThreadingHTTPServer(("127.0.0.1", port), functools.partial(Quiet, directory=folder))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now (host networking shares ports)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

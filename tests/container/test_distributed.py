@@ -9,7 +9,15 @@ import uuid
 import pytest
 
 from entrypoint.errors import ExitCode
-from tests.container.conftest import docker, free_port, in_volume, run_container
+from tests.conftest import REPO, free_port
+from tests.container.conftest import (
+    TRAIN,
+    docker,
+    env_for,
+    hub_epochs,
+    in_volume,
+    run_container,
+)
 from tests.standins.hub import GOOD_TOKEN, Hub
 
 pytestmark = pytest.mark.container
@@ -129,14 +137,45 @@ def test_a_node_that_never_joins_times_out_with_one_line(image: str, hub: Hub) -
         nodes.remove()
 
 
-def test_two_processes_in_one_container(image: str, volume: str) -> None:
-    env = {"DEVICE": "cpu", "NPROC_PER_NODE": "2", "MASTER_PORT": str(free_port()),
-           "EPOCHS": "2", "MONITOR": "false"}  # fmt: skip
-    result = run_container(image, volume, env=env)
+FAULTS = REPO / "tests" / "container" / "faults"
+# rank_abort.py makes a rank die of SIGABRT; the .pth runs it in every Python process.
+ABORT = ("-v", f"{FAULTS}:/faults:ro", "-v",
+         f"{FAULTS / 'rank_abort.pth'}:/opt/trainbox/venv/lib/python3.11/site-packages/"
+         "rank_abort.pth:ro")  # fmt: skip
+
+
+def test_two_processes_in_one_container_and_a_rank_dying_at_its_exit(
+    image: str, volume: str, hub: Hub
+) -> None:
+    """#41: a rank that dies at its exit, once the job finished, fails torchrun, not the run."""
+    env = {**env_for(hub), "NPROC_PER_NODE": "2", "MASTER_PORT": str(free_port()),
+           "EPOCHS": "2", "TRAINBOX_TEST_ABORT": "exit",
+           "TRAINBOX_TEST_ABORT_RANK": "1"}  # fmt: skip
+    result = run_container(image, volume, env=env, options=ABORT)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-4000:]
     assert "rank 0 of world size 2 (node 0, local rank 0)" in log
     assert "rank 1 of world size 2 (node 0, local rank 1)" in log
     assert "global batch 8 / world_size 2" in log  # BATCH stays the global batch
+    assert (
+        "training completed and its last epoch is published, but rank 1 died of SIGABRT at "
+        "its exit; torchrun reported a failure, the run counts as completed"
+    ) in log
     status = json.loads(in_volume(image, volume, "cat", "/workspace/runs/run/status.json"))
     assert status["state"] == "completed", status
+    final = json.loads(in_volume(image, volume, "trainbox", "status", "--json"))
+    assert (final["phase"], final["exit_code"]) == ("completed", 0)
+    assert hub_epochs(hub)[-1] == 2  # the last epoch reached the Hub
+
+
+def test_a_rank_dying_during_training_fails_the_run(image: str, volume: str) -> None:
+    env = {**TRAIN, "NPROC_PER_NODE": "2", "MASTER_PORT": str(free_port()), "EPOCHS": "3",
+           "MONITOR": "false", "TRAINBOX_TEST_ABORT": "training",
+           "TRAINBOX_TEST_ABORT_RANK": "1"}  # fmt: skip
+    result = run_container(image, volume, env=env, options=ABORT)
+    log = result.stdout + result.stderr
+    assert result.returncode == ExitCode.TRAINING_FAILED, log[-4000:]
+    assert "Signal 6 (SIGABRT) received by PID" in log  # torchrun's report names it
+    assert "counts as completed" not in log and "epoch 3/3 done" not in log
+    final = json.loads(in_volume(image, volume, "trainbox", "status", "--json"))
+    assert final["exit_code"] == ExitCode.TRAINING_FAILED, final

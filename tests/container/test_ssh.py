@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.container.conftest import TRAIN, detached, docker, free_port, until
+from tests.conftest import free_port
+from tests.container.conftest import TRAIN, detached, docker, until
 
 pytestmark = pytest.mark.container
 

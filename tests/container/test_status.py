@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from entrypoint.errors import ExitCode
+from tests.conftest import free_port
 from tests.container.conftest import (
     TRAIN,
     Container,
-    free_port,
     hub_env,
     in_volume,
     run_container,

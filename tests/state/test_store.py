@@ -20,8 +20,8 @@ PACKAGE = REPO / "entrypoint"
 STORE = PACKAGE / "state" / "store.py"
 # Names that only run-state files have (libreyolo's status.json in a run folder is its own).
 NAMES = ("preflight.json", "starts.json", "settings.json", "prepared.json", "export.json",
-         "stop.json", "-code.json", "train-started", "clock", "ledger-", "lock-node",
-         ".trainbox-")  # fmt: skip
+         "stop.json", "-code.json", "rank-failures", "train-started", "clock", "ledger-",
+         "lock-node", ".trainbox-")  # fmt: skip
 
 
 def _named(tree: ast.AST) -> list[tuple[int, str]]:

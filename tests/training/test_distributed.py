@@ -5,10 +5,20 @@ libreyolo puts rank N on cuda:LOCAL_RANK whatever ``device`` says (libreyolo 1.6
 ``CUDA_VISIBLE_DEVICES`` before torchrun starts the ranks.
 """
 
+import os
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
+import pytest
+
+from entrypoint.errors import ExitCode
 from entrypoint.settings import config
+from entrypoint.state import store
 from entrypoint.training import distributed
+from tests.conftest import REPO, free_port
 
 
 def env_for(tmp_path: Path, device: str, **parent: str) -> dict[str, str]:
@@ -36,3 +46,87 @@ def test_auto_and_cpu_leave_the_environment_as_it_is(tmp_path: Path) -> None:
             "CUDA_VISIBLE_DEVICES": "4,5",
         }
     assert "CUDA_VISIBLE_DEVICES" not in env_for(tmp_path, "auto")
+
+
+# A rank as the train program runs one, its heartbeat beating without pause (the race of #41
+# made frequent: before Heartbeat.stop, 9 of 10 such runs here ended in SIGABRT).
+RANK = """
+import sys, time
+from entrypoint.training import distributed
+distributed.HEARTBEAT_SECONDS = 0
+pulse = distributed.Heartbeat.start()
+time.sleep(0.3)
+pulse.stop()
+"""
+
+
+def test_a_stopped_heartbeat_lets_every_rank_exit_cleanly(tmp_path: Path) -> None:
+    script = tmp_path / "rank.py"
+    script.write_text(RANK)
+    for _ in range(2):
+        ran = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
+             f"--master-port={free_port()}", str(script)],
+            cwd=REPO, capture_output=True, text=True, timeout=120,
+            env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
+        )  # fmt: skip
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        assert "terminate called" not in ran.stderr
+
+
+def test_the_ranks_meet_at_the_end_and_record_the_job_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 1 waits for rank 0's last publish before it returns; both record the job finished
+    for their node's launch."""
+    import torch.distributed as dist
+
+    port = free_port()
+    server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    monkeypatch.setenv(store.RUNTIME, str(tmp_path))
+    monkeypatch.setenv("RANK", "1")
+    one = distributed.Heartbeat(dist.TCPStore("127.0.0.1", port, is_master=False), 2)
+    heard: list[bool] = []
+    waiting = threading.Thread(target=lambda: heard.append(one.finish()))
+    waiting.start()
+    time.sleep(0.5)
+    assert waiting.is_alive() and store.code(tmp_path, "rank") is None
+    monkeypatch.setenv("RANK", "0")
+    assert distributed.Heartbeat(dist.TCPStore("127.0.0.1", port, is_master=False), 2).finish()
+    waiting.join(30)
+    assert heard == [True] and store.code(tmp_path, "rank") == ExitCode.OK
+    del server
+
+
+@pytest.mark.parametrize(
+    ("torchrun", "rank", "failures", "expected", "said"),
+    [
+        (1, ExitCode.OK, {1: -6}, ExitCode.OK, "but rank 1 died of SIGABRT at its exit"),
+        (1, ExitCode.OK, {0: -15, 1: 3}, ExitCode.OK, "rank 0 died of SIGTERM, rank 1 exited 3"),
+        (1, None, {1: -6}, 1, None),  # died before the job finished: failed, as before
+        (0, ExitCode.OK, {}, ExitCode.OK, None),
+        (1, ExitCode.NODE_LOST, {}, ExitCode.NODE_LOST, None),
+    ],
+)
+def test_launch_judges_a_death_after_the_job_finished_completed(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    torchrun: int,
+    rank: int | None,
+    failures: dict[int, int],
+    expected: int,
+    said: str | None,
+) -> None:
+    """torchrun stands in as a process that exits with its code; the ranks' records are the
+    store's files that ``elastic`` and the ranks write."""
+    cfg = config.load({"WORKSPACE": str(tmp_path), "DEVICE": "cpu", "NPROC_PER_NODE": "2"})
+    store.mark_started(tmp_path)
+    if rank is not None:
+        store.write_code(tmp_path, "rank", rank)
+    store.write_failures(tmp_path, failures)
+    exits = [sys.executable, "-c", f"raise SystemExit({torchrun})"]
+    monkeypatch.setattr(distributed, "torchrun", lambda _cfg, _procs: exits)
+    with caplog.at_level("WARNING", logger="trainbox"):
+        assert distributed.launch(cfg, 2, tmp_path) == expected
+    assert (said in caplog.text) if said else ("counts as completed" not in caplog.text)

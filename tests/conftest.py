@@ -52,6 +52,7 @@ BESIDE_TRAINING = tuple(
     for name in (
         "test_release.py",
         "test_skypilot.py",
+        "test_restarts.py::test_a_start_that_cannot_stop_its_pod_stays_up_idle",
         "test_compose.py::test_compose_asks_for_every_gpu",
         "test_compose.py::test_cpu_override_drops_the_gpu_request",
         "test_compose.py::test_env_example_means_the_same",

@@ -11,12 +11,20 @@ stops with ``POST /v2/pods/ID/action {"action": "stop"}`` (200) and terminates w
 migration guide (api-reference-v2/migrate-from-v1, runpod/docs df512e53) gives November 15,
 2026, earlier copies December 1. Both providers take ``Authorization: Bearer KEY``; the key
 is never logged.
+
+When RunPod's REST API refuses (a pod-scoped key without that permission answered 403 in one
+user's log, where ``runpodctl stop pod`` worked) or cannot be asked, the request
+``runpodctl`` itself sends is tried next: the GraphQL mutation ``podStop`` (``podTerminate``
+to destroy) on ``/graphql`` of the same host, the key as its ``api_key`` query parameter
+(runpod/runpodctl ``api/pod.go`` ``StopPod``, ``api/query.go``, read 2026-12-04). vast.ai's
+CLI has one way only (``vastai stop instance``: the same PUT).
 """
 
 import json
 import logging
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -92,26 +100,44 @@ class Request:
     body: dict | None
     key: str
     done: tuple[int, ...] = ()  # error statuses that mean "already stopped or gone"
+    graphql: bool = False  # RunPod's GraphQL: the key in the query, errors in a 200 answer
 
     def describe(self) -> str:
         """The request without its key."""
         body = f" {json.dumps(self.body)}" if self.body is not None else ""
+        if self.graphql:
+            return f"{self.method} {self.url}?api_key=***{body}"
         return f"{self.method} {self.url}{body} (Authorization: Bearer ***)"
 
 
-def request(found: Machine, how: str, vast_api_url: str, runpod_api_url: str) -> Request:
-    """The request that stops (``how="stop"``) or destroys ``found``."""
+# runpodctl's own mutations (api/pod.go): the pod's id as the podId variable.
+GRAPHQL = {
+    "stop": "mutation stopPod($podId: String!) { podStop(input: {podId: $podId}) "
+            "{ id desiredStatus } }",
+    "destroy": "mutation terminatePod($podId: String!) { podTerminate(input: {podId: $podId}) }",
+}  # fmt: skip
+
+
+def requests(found: Machine, how: str, vast_api_url: str, runpod_api_url: str) -> list[Request]:
+    """The requests that stop (``how="stop"``) or destroy ``found``, in the order to try them:
+    the next one only when the one before failed."""
     if found.provider == "vast.ai":
         url = f"{vast_api_url.rstrip('/')}/api/v0/instances/{found.id}/"
         # vast.ai's own OpenAPI (tests/providers): stop is a PUT of the state; destroy a DELETE
         # without a body.
         method, body = ("PUT", {"state": "stopped"}) if how == "stop" else ("DELETE", None)
-        return Request("vast.ai", method, url, body, found.key)
-    url = f"{runpod_api_url.rstrip('/')}/v2/pods/{found.id}"
-    # 409: the action does not apply to the pod's state (already stopped); 404: gone.
-    if how == "stop":
-        return Request("RunPod", "POST", f"{url}/action", {"action": "stop"}, found.key, (409,))
-    return Request("RunPod", "DELETE", url, None, found.key, (404,))
+        return [Request("vast.ai", method, url, body, found.key)]
+    base = runpod_api_url.rstrip("/")
+    url = f"{base}/v2/pods/{found.id}"
+    # 404: the pod is gone, which is what a stop wants; 409: the action does not apply to the
+    # pod's state (already stopped).
+    rest = (
+        Request("RunPod", "POST", f"{url}/action", {"action": "stop"}, found.key, (404, 409))
+        if how == "stop"
+        else Request("RunPod", "DELETE", url, None, found.key, (404,))
+    )
+    body = {"query": GRAPHQL[how], "variables": {"podId": found.id}}
+    return [rest, Request("RunPod", "POST", f"{base}/graphql", body, found.key, graphql=True)]
 
 
 def check(cfg: Config, environ: Mapping[str, str] = os.environ) -> None:
@@ -145,13 +171,24 @@ def check(cfg: Config, environ: Mapping[str, str] = os.environ) -> None:
 
 
 def send(found: Request) -> None:
+    """Send ``found``; raise on an HTTP error, and on a GraphQL answer that holds errors."""
     data = json.dumps(found.body).encode() if found.body is not None else None
-    call = urllib.request.Request(found.url, data=data, method=found.method)
-    call.add_unredirected_header("Authorization", f"Bearer {found.key}")
+    url = found.url
+    if found.graphql:
+        url += "?" + urllib.parse.urlencode({"api_key": found.key})
+    call = urllib.request.Request(url, data=data, method=found.method)
+    if not found.graphql:
+        call.add_unredirected_header("Authorization", f"Bearer {found.key}")
     if data is not None:
         call.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(call, timeout=30):
-        pass
+    with urllib.request.urlopen(call, timeout=30) as answer:
+        text = answer.read()
+    if found.graphql and (errors := json.loads(text or b"{}").get("errors")):
+        raise RefusedByGraphQL("; ".join(str(e.get("message", e)) for e in errors))
+
+
+class RefusedByGraphQL(Exception):
+    """A GraphQL answer 200 that carries ``errors`` (as runpodctl reads them)."""
 
 
 def ask(found: Request, dry_run: bool = False) -> bool:
@@ -168,7 +205,10 @@ def ask(found: Request, dry_run: bool = False) -> bool:
             log.error("%s answered HTTP %d", found.provider, err.code)
             return False
         log.info("%s answered %d: already stopped or gone", found.provider, err.code)
-    except (urllib.error.URLError, OSError) as err:
+    except RefusedByGraphQL as err:
+        log.error("%s refused: %s", found.provider, err)
+        return False
+    except (urllib.error.URLError, OSError, ValueError) as err:
         log.error("%s could not be asked (%s)", found.provider, err)
         return False
     return True

@@ -42,9 +42,7 @@ FINAL = {ExitCode.OK, ExitCode.CONFIG, ExitCode.DATASET, ExitCode.DISK, ExitCode
          ExitCode.TIME_LIMIT}  # fmt: skip
 FAILED_STARTS = 3  # failed starts in a row, whatever their codes, that end the loop
 KEPT = 50  # starts kept in the history
-# After the provider took the stop, how long to wait for its signal before exiting anyway:
-# exiting at once could race the stop on RunPod (a restart before the stop lands).
-PLATFORM_STOP_WAIT = 120.0
+REPEAT_S = 600.0  # while a start waits to be stopped, its line again in the log this often
 
 
 def history(workspace: Path) -> list[dict[str, Any]]:
@@ -121,31 +119,61 @@ def settle(
     if code != ExitCode.OK:
         how = "stop"  # after a failure, the volume keeps the logs: never destroy it
     with Signal() as stop:  # from here a stop signal means the platform is stopping us
-        return _act(cfg, code, found, how, stop, loaded)
+        return _act(cfg, code, found, how, stop, loaded, final(code, before))
 
 
 def _act(
-    cfg: Config, code: int, found: provider.Machine, how: str, stop: "Signal", loaded: bool
+    cfg: Config,
+    code: int,
+    found: provider.Machine,
+    how: str,
+    stop: "Signal",
+    loaded: bool,
+    repeats: bool,
 ) -> int:
+    """Ask the provider to stop (or destroy) this machine, then wait for its stop. On a
+    platform that starts an exited container again, a start that cannot make it stop never
+    exits by itself: it stays up, idle, saying what failed and how to stop the machine."""
     if not _weights_safe(cfg, loaded):
-        log.error("ON_EXIT=%s: not done: the upload to %s is not verified, so this machine "
-                  "stays up (and bills) to keep the only copy of the weights; copy them off, "
-                  "then %s", how, cfg.output_repo, found.stop_hint)  # fmt: skip
-        return stop.wait(code, None, cfg)
+        unsafe = (f"ON_EXIT={how}: not done: the upload to {cfg.output_repo} is not verified, "
+                  "so this machine stays up (and bills) to keep the only copy of the weights; "
+                  f"copy them off, then {found.stop_hint}")  # fmt: skip
+        return stop.stay(code, cfg, unsafe)
     if not found.key:
-        log.error("ON_EXIT=%s: %s gave this container no API key to ask with, and %s; this "
-                  "container waits instead of exiting into a loop: %s", how, found.provider,
-                  found.exited, found.stop_hint)  # fmt: skip
-        return stop.wait(code, None, cfg)
+        keyless = (f"ON_EXIT={how}: {found.provider} gave this container no API key to ask "
+                   f"with, and {found.exited}; this container waits instead of exiting into a "
+                   f"loop: {found.stop_hint}")  # fmt: skip
+        return stop.stay(code, cfg, keyless)
     if stop.received.is_set():
         return code  # stopped meanwhile: nothing to ask
-    request = provider.request(found, how, cfg.vast_api_url, cfg.runpod_api_url)
-    log.info("ON_EXIT=%s after exit %d: a new start would end the same way", how, code)
-    if provider.ask(request, cfg.on_exit_dry_run):
-        return stop.wait(code, PLATFORM_STOP_WAIT, cfg)
-    if not cfg.on_exit_dry_run:
-        log.error("ON_EXIT=%s failed: %s", how, found.stop_hint)
+    why = "a new start would end the same way" if repeats else f"{found.provider} {found.exited}"
+    log.info("ON_EXIT=%s after exit %d: %s", how, code, why)
+    for request in provider.requests(found, how, cfg.vast_api_url, cfg.runpod_api_url):
+        if provider.ask(request, cfg.on_exit_dry_run):
+            return _stopped(cfg, code, found, how, stop)
+        if cfg.on_exit_dry_run:
+            return code
+    failed = f"ON_EXIT={how} failed: {found.provider} did not take the request: {found.stop_hint}"
+    if found.restarts:  # an exit would be started again, and fail again
+        return stop.stay(code, cfg, f"{failed}; this container waits, idle, instead of exiting")
+    log.error(failed)
     return code
+
+
+def _stopped(cfg: Config, code: int, found: provider.Machine, how: str, stop: "Signal") -> int:
+    """The provider took the request: wait ON_EXIT_WAIT for the platform's stop signal
+    (exiting at once could race it on RunPod: a restart before the stop lands)."""
+    with contextlib.suppress(OSError):
+        status.note(cfg.workspace, waiting=f"for {found.provider} to stop this machine")
+    if stop.within(cfg.on_exit_wait):
+        return code
+    late = (f"ON_EXIT={how}: {found.provider} took the request but has not stopped this "
+            f"machine within ON_EXIT_WAIT={cfg.on_exit_wait} s")  # fmt: skip
+    if not found.restarts:
+        log.warning("%s: exiting (%s)", late, found.stop_hint)
+        return code
+    return stop.stay(code, cfg, f"{late}; this container waits, idle, instead of exiting: "
+                                f"{found.stop_hint}")  # fmt: skip
 
 
 def _weights_safe(cfg: Config, loaded: bool) -> bool:
@@ -176,15 +204,22 @@ class Signal:
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
 
-    def wait(self, code: int, limit: float | None, cfg: Config) -> int:
-        """Stay up, idle, until the stop signal (or ``limit`` seconds), then end with
-        ``code``: an exit would only be started again."""
-        with contextlib.suppress(OSError):
-            status.note(cfg.workspace, waiting="for the machine to be stopped")
-        end = None if limit is None else time.monotonic() + limit
-        # Short waits: a signal handler then runs within a second, whatever the platform.
+    def within(self, seconds: float | None) -> bool:
+        """Whether the stop signal came within ``seconds`` (None: however long it takes).
+        Short waits: a signal handler then runs within a second, whatever the platform."""
+        end = None if seconds is None else time.monotonic() + seconds
         while not self.received.wait(1.0):
             if end is not None and time.monotonic() > end:
-                log.warning("the machine was not stopped within %d s: exiting", limit)
-                break
+                return False
+        return True
+
+    def stay(self, code: int, cfg: Config, line: str) -> int:
+        """Stay up, idle, until the platform's stop, then end with ``code``: an exit would
+        only be started again. ``line`` (what failed, what stops the machine) is logged,
+        shown by ``trainbox status``, and logged again every REPEAT_S."""
+        with contextlib.suppress(OSError):
+            status.note(cfg.workspace, waiting=line)
+        log.error("%s", line)
+        while not self.within(REPEAT_S):
+            log.error("%s", line)
         return code

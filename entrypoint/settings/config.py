@@ -261,6 +261,13 @@ class Config:
     on_exit_dry_run: bool = setting(
         False, _bool, "log the request ON_EXIT would send instead of sending it"
     )
+    on_exit_wait: int = setting(
+        120,
+        _int_at_least(1),
+        "seconds to wait, once the provider took ON_EXIT's request, for the platform to stop "
+        "this container; past them it says the stop has not come, and on RunPod (which starts "
+        "an exited container again) it stays up, idle, until the machine is stopped",
+    )
     vast_api_url: str = setting("https://console.vast.ai", _text, "vast.ai's API, for ON_EXIT")
     runpod_api_url: str = setting(
         "https://api.runpod.io", _text, "RunPod's API (REST v2 under `/v2`), for ON_EXIT"

@@ -130,3 +130,46 @@ def test_a_completed_run_an_early_failure_and_a_restart_each_end_in_one_stop(
     assert again.codes == [ExitCode.OK] and "already completed" in logs, logs[-3000:]
     assert (again.starts, provider.requests) == (1, [STOP[kind]]), logs[-3000:]
     assert "rp-key-456" not in logs and "vast-key-123" not in logs
+
+
+def test_a_start_that_cannot_stop_its_pod_stays_up_idle(
+    image: str, volume: str, provider: Provider, report: list[str]
+) -> None:
+    """On RunPod (which starts an exited container again), a start that ended for good and
+    cannot get the pod stopped never exits by itself: a refused request (REST v2, then
+    runpodctl's GraphQL), or a stop taken and never carried out. A 404 (gone) is done. The end
+    here is a refused setting (exit 2: final), which trains nothing."""
+    cases = [
+        ("stop refused (403)", {"/v2/": 403, "/graphql": 403}, True,
+         "ON_EXIT=stop failed: RunPod did not take the request", 2),
+        ("stop taken, never carried out", {}, False,
+         "RunPod took the request but has not stopped this machine within ON_EXIT_WAIT=3 s", 1),
+        ("pod gone (404)", {"/v2/": 404}, True,
+         "RunPod took the request but has not stopped this machine", 1),
+    ]  # fmt: skip
+    for case, refusing, carries_out, line, asked in cases:
+        provider.requests.clear()
+        provider.refusing, provider.carries_out = refusing, carries_out
+        env = {**TRAIN, **RUNPOD, "RUNPOD_API_URL": provider.url, "EPOCHS": "many",
+               "ON_EXIT_WAIT": "3"}  # fmt: skip
+        machine = Machine("RunPod", image, volume, env)
+        running = threading.Thread(target=machine.run, daemon=True)
+        try:
+            running.start()
+            deadline = time.monotonic() + 120
+            while line not in machine.logs():
+                assert time.monotonic() < deadline and running.is_alive(), machine.logs()[-3000:]
+                time.sleep(0.5)
+            time.sleep(15)  # no timer left to end it: still up, the same start
+            shown = docker("exec", machine.name, "trainbox", "status", "--json")
+            assert running.is_alive() and machine.starts == 1, machine.logs()[-3000:]
+            assert line in json.loads(shown.stdout)["waiting"], shown.stdout
+            assert len(provider.requests) == asked, provider.requests
+            assert "rp-key-456" not in machine.logs()
+            machine.stop()  # the user stops the pod
+            running.join(60)
+            assert machine.codes == [ExitCode.CONFIG], machine.logs()[-3000:]
+            report.append(f"RunPod {case}: {machine.starts} start, still up until stopped")
+        finally:
+            machine.stopped.set()
+            machine.remove()

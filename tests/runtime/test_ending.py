@@ -201,15 +201,19 @@ def test_on_exit_that_cannot_act_stops_at_start(
     assert not (tmp_path / "runs").exists()  # nothing trained
 
 
+def stop_this_process() -> None:
+    """The platform's stop of an in-process ``settle``: SIGTERM, as both platforms send."""
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def test_after_a_failed_run_destroy_only_stops_and_train_log_is_published(
-    provider: Provider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    provider: Provider, tmp_path: Path
 ) -> None:
     from entrypoint.runtime import ending
     from entrypoint.settings import config
     from entrypoint.training import publish
 
-    monkeypatch.setattr(ending, "PLATFORM_STOP_WAIT", 0.1)  # this process is not stopped
-    cfg = config.load({"ON_EXIT": "destroy", "VAST_API_URL": provider.url,
+    cfg = config.load({"ON_EXIT": "destroy", "VAST_API_URL": provider.url, "ON_EXIT_WAIT": "1",
                        "WORKSPACE": str(tmp_path)})  # fmt: skip
     assert ending.settle(cfg, ExitCode.TIME_LIMIT, VAST) == ExitCode.TIME_LIMIT
     assert provider.requests == [
@@ -285,7 +289,7 @@ def test_a_completed_run_without_a_key_waits_instead_of_looping(
 
 
 def test_a_failure_a_restart_may_mend_stops_on_vast_at_once_and_on_runpod_when_it_repeats(
-    provider: Provider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    provider: Provider, tmp_path: Path
 ) -> None:
     """Exit 5 (the Hub out of reach): RunPod starts the container again, which may mend it, so
     only the second exit 5 in a row stops the pod; vast.ai starts nothing again by itself, so
@@ -293,15 +297,101 @@ def test_a_failure_a_restart_may_mend_stops_on_vast_at_once_and_on_runpod_when_i
     from entrypoint.runtime import ending
     from entrypoint.settings import config
 
-    monkeypatch.setattr(ending, "PLATFORM_STOP_WAIT", 0.1)  # this process is not stopped
     machines = {"vast": tmp_path / "vast", "runpod": tmp_path / "runpod"}
-    vast = config.load({"VAST_API_URL": provider.url, "WORKSPACE": str(machines["vast"])})
+    vast = config.load({"VAST_API_URL": provider.url, "WORKSPACE": str(machines["vast"]),
+                        "ON_EXIT_WAIT": "1"})  # fmt: skip
     assert ending.settle(vast, ExitCode.HUB, VAST) == ExitCode.HUB
     assert provider.requests == [STOP_VAST]
     provider.requests.clear()
     pod = config.load({"RUNPOD_API_URL": provider.url, "WORKSPACE": str(machines["runpod"])})
     assert ending.settle(pod, ExitCode.HUB, RUNPOD) == ExitCode.HUB
     assert provider.requests == []  # the next start may mend it
+    provider.stop = stop_this_process  # RunPod's stop; without it this start would stay up
     assert ending.settle(pod, ExitCode.HUB, RUNPOD) == ExitCode.HUB
     assert provider.requests == [("POST", "/v2/pods/pod7/action", "Bearer rp-key-456",
                                   {"action": "stop"})]  # fmt: skip
+
+
+STOP_POD = ("POST", "/v2/pods/pod7/action", "Bearer rp-key-456", {"action": "stop"})
+# runpodctl's own request (runpod/runpodctl api/pod.go StopPod, api/query.go): the key as a query
+# parameter, no Authorization header.
+STOP_POD_GRAPHQL = ("POST", "/graphql?api_key=rp-key-456", "", {
+    "query": "mutation stopPod($podId: String!) { podStop(input: {podId: $podId}) "
+             "{ id desiredStatus } }",
+    "variables": {"podId": "pod7"}})  # fmt: skip
+
+
+def settle_on_runpod(
+    provider: Provider, tmp_path: Path, stop_when: str, **settings: str
+) -> tuple[int, str]:
+    """``settle`` a completed start on a RunPod pod in this process; the platform's stop
+    (SIGTERM) comes once the status's ``waiting`` holds ``stop_when``. (code, waiting)."""
+    from entrypoint.runtime import ending
+    from entrypoint.settings import config
+    from entrypoint.state import store
+
+    cfg = config.load({"RUNPOD_API_URL": provider.url, "WORKSPACE": str(tmp_path), **settings})
+    seen: list[str] = []
+
+    def platform() -> None:
+        while stop_when not in (waiting := store.status(tmp_path).get("waiting", "")):
+            threading.Event().wait(0.1)
+        seen.append(waiting)
+        stop_this_process()
+
+    threading.Thread(target=platform, daemon=True).start()
+    return ending.settle(cfg, ExitCode.OK, RUNPOD), seen[0]
+
+
+def test_a_pod_that_refuses_its_stop_stays_up_idle_and_says_how_to_stop_it(
+    provider: Provider, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """REST v2 refused (403), then runpodctl's GraphQL refused too: no exit into RunPod's
+    restart; the line names what failed and the command that stops the pod."""
+    provider.refusing = {"/v2/": 403, "/graphql": 403}
+    code, waiting = settle_on_runpod(provider, tmp_path, "did not take the request")
+    assert code == ExitCode.OK
+    assert provider.requests == [STOP_POD, STOP_POD_GRAPHQL]
+    assert waiting == ("ON_EXIT=stop failed: RunPod did not take the request: stop the pod "
+                       "yourself (`runpodctl stop pod pod7`, or the console); this container "
+                       "waits, idle, instead of exiting")  # fmt: skip
+    assert waiting in caplog.text and "rp-key-456" not in caplog.text
+
+
+def test_runpodctls_request_is_tried_when_the_rest_api_refuses(
+    provider: Provider, tmp_path: Path
+) -> None:
+    provider.refusing = {"/v2/": 403}
+    provider.stop = stop_this_process
+    from entrypoint.runtime import ending
+    from entrypoint.settings import config
+
+    cfg = config.load({"RUNPOD_API_URL": provider.url, "WORKSPACE": str(tmp_path)})
+    assert ending.settle(cfg, ExitCode.OK, RUNPOD) == ExitCode.OK
+    assert provider.requests == [STOP_POD, STOP_POD_GRAPHQL]
+
+
+def test_a_pod_gone_is_stopped_and_a_stop_that_never_comes_leaves_it_up(
+    provider: Provider, tmp_path: Path
+) -> None:
+    """404 (the pod is gone) counts as done: nothing else is tried. A stop RunPod took but
+    never carried out: past ON_EXIT_WAIT, the start stays up and says so."""
+    provider.refusing = {"/v2/": 404}
+    code, waiting = settle_on_runpod(provider, tmp_path, "has not stopped", ON_EXIT_WAIT="1")
+    assert code == ExitCode.OK and provider.requests == [STOP_POD]
+    assert waiting.startswith("ON_EXIT=stop: RunPod took the request but has not stopped this "
+                              "machine within ON_EXIT_WAIT=1 s; this container waits")  # fmt: skip
+
+
+def test_on_vast_a_refused_stop_exits_with_one_line(
+    provider: Provider, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """vast.ai starts nothing again: the start ends with its code and says how to stop."""
+    from entrypoint.runtime import ending
+    from entrypoint.settings import config
+
+    provider.refusing = {"/api/": 403}
+    cfg = config.load({"VAST_API_URL": provider.url, "WORKSPACE": str(tmp_path)})
+    assert ending.settle(cfg, ExitCode.OK, VAST) == ExitCode.OK
+    assert provider.requests == [STOP_VAST]
+    assert "ON_EXIT=stop failed: vast.ai did not take the request: stop the instance" in caplog.text

@@ -54,14 +54,32 @@ def vast_answers(method: str, path: str, body: object) -> int:
     return answers(VAST_SPECS, method, path, body, 400)
 
 
+def graphql_answer(body: object) -> dict:
+    """RunPod's GraphQL (``/graphql``) as runpodctl reads it (runpod/runpodctl api/pod.go):
+    ``podStop`` answers the pod with ``desiredStatus`` EXITED, ``podTerminate`` null. It
+    simplifies: it reads the operation's name from the query's text, without a schema."""
+    query = body.get("query", "") if isinstance(body, dict) else ""
+    pod = (body.get("variables") or {}).get("podId") if isinstance(body, dict) else None
+    if pod and "podStop(" in query:
+        return {"data": {"podStop": {"id": pod, "desiredStatus": "EXITED"}}}
+    if pod and "podTerminate(" in query:
+        return {"data": {"podTerminate": None}}
+    return {"errors": [{"message": "Cannot query this field"}]}
+
+
 class Provider:
     """A stand-in for the providers' APIs on 127.0.0.1: records every request; RunPod's routes
-    answer as ``runpod_answers`` says, vast.ai's (``/api/...``) as ``vast_answers``. A stop or
-    destroy it took calls ``stop``: the test's machine is stopped as the platform would."""
+    answer as ``runpod_answers`` says (``/graphql`` as ``graphql_answer``), vast.ai's
+    (``/api/...``) as ``vast_answers``. A stop or destroy it took calls ``stop``: the test's
+    machine is stopped as the platform would. ``refusing``: a path's beginning -> the HTTP
+    status every request there gets instead (e.g. 403 for a key without the permission, 404
+    for a pod that is gone); ``carries_out=False``: it takes a request and stops nothing."""
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, str, str, object]] = []
         self.stop: Callable[[], None] | None = None
+        self.refusing: dict[str, int] = {}
+        self.carries_out = True
         provider = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -71,16 +89,25 @@ class Provider:
                 provider.requests.append(
                     (self.command, self.path, self.headers.get("Authorization", ""), body)
                 )
-                if self.path.startswith("/api/"):
+                answer = b"{}"
+                if refused := [c for p, c in provider.refusing.items() if self.path.startswith(p)]:
+                    status = refused[0]
+                elif self.path.startswith("/api/"):
                     status = vast_answers(self.command, self.path, body)
+                elif self.path.startswith("/graphql"):
+                    found = graphql_answer(body)
+                    status, answer = 200, json.dumps(found).encode()
+                    if "errors" in found:
+                        status = 400
                 else:
                     status = runpod_answers(self.command, self.path, body)
-                answer = b"" if status == 204 else b"{}"
+                answer = b"" if status == 204 else answer
                 self.send_response(status)
                 self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
                 self.wfile.write(answer)
-                if status < 300 and self.command != "GET" and provider.stop:
+                took = status < 300 and self.command != "GET"
+                if took and provider.carries_out and provider.stop:
                     provider.stop()
 
             do_PUT = do_POST = do_DELETE = do_GET = _any

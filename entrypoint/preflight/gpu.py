@@ -108,8 +108,10 @@ def _image(flavour: Flavour) -> str:
 
 
 def _fitting(driver_cuda: tuple[int, int] | None, archs: set[int]) -> Flavour | None:
-    """The newest build this driver can run (same CUDA major or older) with kernels for archs."""
-    for flavour in reversed(FLAVOURS):
+    """The oldest build this driver can run (same CUDA major or older) with kernels for archs:
+    the default image (cu126) where it fits, else -cu130 for a Blackwell card, as
+    docs/platforms.md and the Blackwell templates say; cu132 is never needed."""
+    for flavour in FLAVOURS:
         runs = driver_cuda is None or flavour.cuda[0] <= driver_cuda[0]
         if runs and all(covers(flavour.archs, sm) for sm in archs):
             return flavour

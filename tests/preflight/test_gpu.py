@@ -10,7 +10,7 @@ import pytest
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.preflight import check as preflight
 from entrypoint.preflight import gpu
-from tests.conftest import settings
+from tests.conftest import REPO, settings
 
 CU130_ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
 H200 = gpu.Device("NVIDIA H200", 150_000_000_000, (9, 0))
@@ -253,3 +253,31 @@ def test_on_the_cpu_the_probe_reads_torchs_build_without_importing_it() -> None:
     import torch
 
     assert (version, cuda, archs, imported) == (torch.__version__, torch.version.cuda, [], False)
+
+
+B200 = gpu.Device("NVIDIA B200", 180_000_000_000, (10, 0))
+RTX5090 = gpu.Device("NVIDIA GeForce RTX 5090", 32_000_000_000, (12, 0))
+CU126_ARCHS = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
+NO_KERNEL = RuntimeError("CUDA error: no kernel image is available for execution on the device")
+
+
+@pytest.mark.parametrize(
+    ("card", "driver", "tag"),
+    [
+        (B200, ("580.65.06", "13.0"), "-cu130"),
+        (RTX5090, ("590.1", "13.2"), "-cu130"),  # the Blackwell templates' image, not -cu132
+        (GTX1080, ("580.65.06", "13.0"), "-cu126"),
+    ],
+    ids=["b200-cuda13.0", "rtx5090-cuda13.2", "gtx1080-cuda13.0"],
+)
+def test_the_tag_advised_for_a_card_without_kernels_is_the_one_the_docs_name(
+    card: gpu.Device, driver: tuple[str, str], tag: str
+) -> None:
+    """On the default image (cu126): the fix names the flavour docs/platforms.md and the
+    templates give for that card and driver."""
+    probe = FakeProbe(driver_answer=driver, build_answer=("2.14.1+cu126", "12.6", CU126_ARCHS),
+                      cards=[card], kernel=NO_KERNEL)  # fmt: skip
+    assert failure("auto", probe).endswith(f"(tag trainbox:0.1.0{tag})")
+    platforms = (REPO / "docs" / "platforms.md").read_text()
+    if card is not GTX1080:
+        assert f"with the `{tag}` image, only on Blackwell cards" in platforms

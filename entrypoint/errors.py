@@ -65,21 +65,27 @@ MEANINGS: dict[ExitCode, tuple[str, str]] = {
         (
             "`OUTPUT_REPO` cannot be written (bad or read-only token), or the final upload "
             "failed: weights are only on the volume (also when the Hub holds a later epoch "
-            "than this volume: it is never overwritten)"
+            "than this volume: it is never overwritten); or the run's `last.pt` on "
+            "`OUTPUT_REPO` does not load"
         ),
         (
             "fix the token; after a failed final upload, start the container again on the "
-            "same volume to push what is left (or resume from the Hub's)"
+            "same volume to push what is left (or resume from the Hub's); a `last.pt` that "
+            "does not load: set a new `RUN_NAME`, or delete the run there"
         ),
     ),
     ExitCode.TIME_LIMIT: (
-        "`MAX_RUNTIME` reached: training was stopped and the last epoch uploaded",
+        (
+            "`MAX_RUNTIME` reached: the run was stopped; during training, after the last "
+            "finished epoch was uploaded (with `OUTPUT_REPO`)"
+        ),
         "start again with a larger `MAX_RUNTIME` (or `0`); it resumes",
     ),
     ExitCode.STALLED: (
         (
             "no progress for `STALL_TIMEOUT` seconds (a stuck download, a hung dataloader, "
-            "disk or GPU); the last epoch was uploaded"
+            "disk or GPU); during training, the last finished epoch was uploaded (with "
+            "`OUTPUT_REPO`)"
         ),
         (
             "the error line and `trainbox status` give the diagnosis; raise `STALL_TIMEOUT` "

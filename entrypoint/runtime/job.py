@@ -18,7 +18,7 @@ from pathlib import Path
 
 from entrypoint import __version__
 from entrypoint.dataset import stage as dataset
-from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.errors import MEANINGS, ExitCode, TrainboxError
 from entrypoint.gateways import hub, provider
 from entrypoint.preflight import check as preflight
 from entrypoint.runtime import ending, ssh, supervise, watchdog
@@ -77,9 +77,26 @@ def _run(cfg: Config) -> int:
         status.record(cfg.workspace, status.ended(err.code), exit_code=int(err.code),
                       reason=str(err))  # fmt: skip
         raise
-    status.record(cfg.workspace, status.ended(code), exit_code=int(code))
+    reason = _reason(cfg, runtime, code)
+    status.record(cfg.workspace, status.ended(code), exit_code=int(code),
+                  **({"reason": reason} if reason else {}))  # fmt: skip
     _report_billing(cfg)  # what the machine cost without training; ON_EXIT acts after it
+    if reason:  # the last line: why, and what to do
+        log.error("exit %d: %s; %s", code, reason, MEANINGS.get(code, ("", "see the log"))[1])
     return code
+
+
+def _reason(cfg: Config, runtime: Path, code: int) -> str:
+    """Why the job ended with ``code`` (nothing for 0 and 130): the line of the program that
+    decided it (the watchdog, the final upload, a training rank), else the one the status
+    holds (the preflight's), else the code's meaning (docs/exit-codes.md)."""
+    if code in (ExitCode.OK, ExitCode.INTERRUPTED):
+        return ""
+    for who in ("watchdog", "upload", "rank"):
+        if store.code(runtime, who) == code and (line := store.reason(runtime, who)):
+            return line
+    recorded = store.status(cfg.workspace).get("reason")
+    return recorded or MEANINGS.get(code, (f"exit code {code}", ""))[0]
 
 
 def _report_billing(cfg: Config) -> None:

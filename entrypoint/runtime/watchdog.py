@@ -42,8 +42,8 @@ def verdict(cfg: Config, state: dict[str, Any], now: float | None = None) -> Tra
     running = store.age(state.get("started_at"), now)
     if cfg.max_runtime and running is not None and running >= cfg.max_runtime:
         return TrainboxError(
-            f"MAX_RUNTIME={cfg.max_runtime} s reached during {phase}: stopped after a final "
-            "upload; raise MAX_RUNTIME (or set 0) to train longer, a restart resumes",
+            f"MAX_RUNTIME={cfg.max_runtime} s reached during {phase}: stopped{_kept(cfg, phase)};"
+            " raise MAX_RUNTIME (or set 0) to train longer, a restart resumes",
             ExitCode.TIME_LIMIT,
         )
     quiet = store.age(state.get("progress_at"), now)
@@ -54,6 +54,15 @@ def verdict(cfg: Config, state: dict[str, Any], now: float | None = None) -> Tra
             ExitCode.STALLED,
         )
     return None
+
+
+def _kept(cfg: Config, phase: str) -> str:
+    """What a stop in ``phase`` keeps of the run: a final upload only runs during training."""
+    if phase != "training":
+        return " before training: nothing was trained"
+    if not cfg.output_repo:
+        return ", the last finished epoch on this volume (OUTPUT_REPO is not set)"
+    return ", the last finished epoch goes to OUTPUT_REPO first (exit 7 if it cannot)"
 
 
 def _diagnosis(cfg: Config, phase: str) -> str:

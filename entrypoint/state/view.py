@@ -30,6 +30,16 @@ def _duration(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
+def _when(status: dict[str, Any], now: float | None) -> str:
+    """How long the start has run; once it ended, how long it ran and how long ago."""
+    phases = status.get("phases") or []
+    if status.get("phase") in state.ACTIVE or not phases:
+        return f"{_duration(store.age(status.get('started_at'), now))} since start"
+    began, ended = store.moment(status.get("started_at")), store.moment(phases[-1][1])
+    length = ended - began if began is not None and ended is not None else None
+    return f"ran {_duration(length)}, ended {_duration(store.age(phases[-1][1], now))} ago"
+
+
 def _upload_lines(up: dict[str, Any] | None) -> list[str]:
     if up is None:
         return ["upload   off: OUTPUT_REPO is not set, the weights stay on this volume"]
@@ -46,10 +56,7 @@ def _upload_lines(up: dict[str, Any] | None) -> list[str]:
 
 def human(status: dict[str, Any], now: float | None = None) -> str:
     """One screen: phase, epoch and ETA, best metric, last upload, health, warnings."""
-    lines = [
-        f"run      {status.get('run', '?')}: {status.get('phase', '?')}, "
-        f"{_duration(store.age(status.get('started_at'), now))} since start"
-    ]
+    lines = [f"run      {status.get('run', '?')}: {status.get('phase', '?')}, {_when(status, now)}"]
     if gpu := status.get("gpu"):
         lines.append(f"gpu      {gpu}")
     if staging := status.get("staging"):

@@ -142,10 +142,11 @@ def started() -> None:
         store.mark_started(Path(runtime))
 
 
-def chose(code: int) -> None:
-    """A rank's choice of the job's exit code (for ``launch``; torchrun's own is 1)."""
+def chose(code: int, reason: str = "") -> None:
+    """A rank's choice of the job's exit code, and why (for ``launch``, whose torchrun says 1,
+    and for the job's last line)."""
     if runtime := os.environ.get(store.RUNTIME):
-        store.write_code(Path(runtime), "rank", code)
+        store.write_code(Path(runtime), "rank", code, reason)
 
 
 FINISHED = "trainbox/finished"  # set by rank 0 once the last epoch is published

@@ -183,22 +183,19 @@ def _trained(cfg: Config, run: Prepared, pulse: distributed.Heartbeat | None) ->
         raise
     except Exception as err:
         if pulse and (silent := pulse.silent()):
-            log.error(
-                "training stopped on rank %d: %s; every node ends now: start them all again "
-                "to resume from the last uploaded epoch",
-                distributed.rank(),
-                silent,
-            )
-            distributed.chose(ExitCode.NODE_LOST)
-            return ExitCode.NODE_LOST
+            return _ended(ExitCode.NODE_LOST, f"training stopped on rank {distributed.rank()}: "
+                          f"{silent}; every node ends now: start them all again to resume "
+                          "from the last uploaded epoch")  # fmt: skip
         publish.keep_traceback(cfg.run_dir, err)
-        log.error(
-            "training failed: %s: %s (traceback in %s)",
-            type(err).__name__,
-            err,
-            cfg.run_dir / "train.log",
-        )
-        return ExitCode.TRAINING_FAILED
+        return _ended(ExitCode.TRAINING_FAILED, f"training failed: {type(err).__name__}: {err} "
+                      f"(traceback in {cfg.run_dir / 'train.log'})")  # fmt: skip
     if pulse:
         pulse.finish()
     return ExitCode.OK
+
+
+def _ended(code: ExitCode, line: str) -> int:
+    """A failure: its one line in the log, and as this rank's verdict, for the job's end."""
+    log.error("%s", line)
+    distributed.chose(code, line)
+    return code

@@ -149,15 +149,17 @@ class Publisher:
         """Copy the epoch in a thread; the step waits only for the epoch before's copy."""
         self.epoch = event.epoch
         self.wait()
+        run_dir, last = Path(event.save_dir), event.epoch >= event.total_epochs
         self._copying = threading.Thread(target=self._publish, name="publish",
-                                         args=(Path(event.save_dir), event.epoch))  # fmt: skip
+                                         args=(run_dir, event.epoch, last))  # fmt: skip
         self._copying.start()
 
-    def _publish(self, run_dir: Path, epoch: int) -> None:
+    def _publish(self, run_dir: Path, epoch: int, last: bool = False) -> None:
         try:
             publish(run_dir, epoch)
         except SourceChanged as err:
-            log.info("epoch %d not published: %s; the next epoch's copy follows", epoch, err)
+            follows = "the end of training's copy" if last else "the next epoch's copy"
+            log.info("epoch %d not published: %s; %s follows", epoch, err, follows)
         except Exception as err:  # in a thread: said, and the next epoch tries again
             log.error("publishing epoch %d failed: %s: %s", epoch, type(err).__name__, err)
 

@@ -78,7 +78,9 @@ def step_wait(megabytes: float, rounds: int, epoch_seconds: float) -> None:
                 publish(run, epoch)
                 waits["in the step"].append(time.monotonic() - started)
                 continue
-            publisher.on_train_epoch_end(type("Event", (), {"epoch": epoch, "save_dir": run}))
+            publisher.on_train_epoch_end(
+                type("Event", (), {"epoch": epoch, "total_epochs": 2 * rounds, "save_dir": run})
+            )
             waits["in a thread"].append(time.monotonic() - started)
             publisher.wait()  # the epoch trains meanwhile; not the step's wait
             waits["copy"].append(time.monotonic() - started)

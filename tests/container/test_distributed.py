@@ -179,3 +179,8 @@ def test_a_rank_dying_during_training_fails_the_run(image: str, volume: str) -> 
     assert "counts as completed" not in log and "epoch 3/3 done" not in log
     final = json.loads(in_volume(image, volume, "trainbox", "status", "--json"))
     assert final["exit_code"] == ExitCode.TRAINING_FAILED, final
+    assert final["reason"] == "training failed"  # no rank lived to say more: the meaning
+    assert result.stderr.strip().splitlines()[-1] == (  # the last line: what to do
+        "[trainbox] exit 1: training failed; read the last lines of `docker logs` and "
+        "`runs/RUN_NAME/train.log`"
+    )

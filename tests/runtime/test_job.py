@@ -101,3 +101,29 @@ def test_a_stop_before_training_raises_interrupted_or_the_watchdogs_error(tmp_pa
         signal.sigtimedwait([], 0)
     assert (fired.value.code, str(fired.value)) == (ExitCode.STALLED, "no progress for 60 s")
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # put back as it was
+
+
+@pytest.mark.parametrize(
+    ("code", "decided", "expected"),
+    [
+        (ExitCode.TRAINING_FAILED, ("rank", "training failed: RuntimeError: CUDA error"),
+         "training failed: RuntimeError: CUDA error"),
+        (ExitCode.NODE_LOST, ("rank", "training stopped on rank 0: rank 1 (node 1) stopped"),
+         "training stopped on rank 0: rank 1 (node 1) stopped"),
+        (ExitCode.UPLOAD, None, "`OUTPUT_REPO` cannot be written"),
+        (ExitCode.TRAINING_FAILED, None, "training failed"),
+        (ExitCode.TIME_LIMIT, ("watchdog", "MAX_RUNTIME=60 s reached"), "MAX_RUNTIME=60 s reached"),
+        (ExitCode.OK, None, ""),
+        (ExitCode.INTERRUPTED, None, ""),
+    ],
+)  # fmt: skip
+def test_every_failed_exit_has_a_reason(
+    tmp_path: Path, code: int, decided: tuple[str, str] | None, expected: str
+) -> None:
+    """Exits 1, 7 and 10 included: the deciding program's line, else the code's meaning."""
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    if decided:
+        store.write_code(runtime, decided[0], code, decided[1])
+    reason = job._reason(settings(tmp_path), runtime, code)
+    assert reason.startswith(expected) and bool(reason) == bool(expected)

@@ -78,3 +78,17 @@ def test_a_job_stuck_before_training_ends_with_the_watchdogs_code_and_reason(
     assert int(code) == ExitCode.STALLED, done.stderr[-2000:]
     assert reason.startswith("no progress for") and "during staging" in reason
     assert "no progress for" in status.read(tmp_path)["reason"]
+
+
+def test_max_runtime_says_what_a_stop_in_its_phase_keeps(tmp_path: Path) -> None:
+    """A final upload only runs during training, and only with OUTPUT_REPO."""
+    said = {
+        (phase, repo): str(watchdog.verdict(settings(tmp_path, MAX_RUNTIME="60", OUTPUT_REPO=repo),
+                                            state(phase, T0, T0 + 50), now=T0 + 60))
+        for phase in ("staging", "training") for repo in ("", "org/weights")
+    }  # fmt: skip
+    assert "stopped before training: nothing was trained;" in said["staging", "org/weights"]
+    assert "stopped before training" in said["staging", ""]
+    assert "the last finished epoch goes to OUTPUT_REPO first" in said["training", "org/weights"]
+    assert "on this volume (OUTPUT_REPO is not set)" in said["training", ""]
+    assert not any("after a final upload" in line for line in said.values())

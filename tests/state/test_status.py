@@ -202,3 +202,12 @@ def test_a_run_reports_the_seconds_billed_before_and_after_training(
     assert indexed == hashlib.sha256(here).hexdigest()
     [on_hub] = json.loads(here)["billed"]
     assert on_hub == bill
+
+
+def test_a_finished_start_shows_how_long_it_ran_not_the_time_since_it_began() -> None:
+    """46 minutes of training that ended 2 hours ago: 'ran 46m00s', not '2h46m since start'."""
+    done = {**TRAINING, "phase": "completed", "exit_code": 0,
+            "phases": [["preflight", "2026-01-01T00:00:00Z"], ["training", "2026-01-01T00:01:00Z"],
+                       ["completed", "2026-01-01T00:46:00Z"]]}  # fmt: skip
+    screen = view.human(done, now=T0 + 46 * 60 + 2 * 3600).splitlines()
+    assert screen[0] == "run      run: completed, ran 46m00s, ended 2h00m ago"

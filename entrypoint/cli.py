@@ -43,7 +43,7 @@ def run() -> int:
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
 def check(as_json: bool) -> None:
-    """Prove this machine can train: driver, a real kernel on every GPU, shm, disk."""
+    """Prove this machine can train: driver, a real kernel on every GPU, shm, a writable volume."""
     from entrypoint.preflight import check as preflight
 
     result = preflight.run(_supervised()[0])

@@ -51,7 +51,10 @@ MEANINGS: dict[ExitCode, tuple[str, str]] = {
             "the Hub could not be asked (no connection, timeouts, 429, 5xx) for `HUB_WAIT` "
             "seconds; nothing was trained or committed"
         ),
-        "start again later; a dataset staged earlier is used without the Hub",
+        (
+            "start again later; without `OUTPUT_REPO`, a dataset staged earlier is used "
+            "without the Hub"
+        ),
     ),
     ExitCode.PREFLIGHT: (
         (

@@ -348,7 +348,8 @@ class Config:
     workspace: Path = setting(
         WORKSPACE,
         _path,
-        "the persistent volume: data, runs and the Hugging Face cache",
+        "the persistent volume: data, runs and trainbox's run state (the image's `HF_HOME` "
+        "puts the Hugging Face cache on `/workspace` too)",
     )
 
     @property

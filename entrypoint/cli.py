@@ -163,6 +163,11 @@ def plan_group() -> None:
 @click.option("--save-period", type=int, default=None, help="[SAVE_PERIOD]")
 @click.option("--checkpoint-mb", type=float, default=None,
               help="A checkpoint's size [estimated from MODEL's architecture].")  # fmt: skip
+@click.option("--start-mb", type=float, default=None,
+              help="Start weights' size [MODEL's file on the Hub; 0 from scratch].")  # fmt: skip
+@click.option("--teacher-mb", type=float, default=None,
+              help="A distillation teacher's size [distill_model's files on the Hub].")  # fmt: skip
+@click.option("--exports", type=int, default=None, help="How many export formats [EXPORT].")
 def plan_disk(
     dataset_repo: str,
     name: str,
@@ -171,17 +176,22 @@ def plan_disk(
     epochs: int | None,
     save_period: int | None,
     checkpoint_mb: float | None,
+    start_mb: float | None,
+    teacher_mb: float | None,
+    exports: int | None,
 ) -> None:
     """The GB to allocate: the dataset's size from the Hub (the tar's, or the shards' from
-    their index; nothing else downloaded), the checkpoints the run keeps, and a 30% margin,
-    with the arithmetic shown."""
+    their index; nothing else downloaded), twice while a new commit stages, the checkpoints the
+    run keeps, the start weights, a teacher and the exports, and a 30% margin, with the
+    arithmetic shown."""
     from entrypoint.dataset import shards
+    from entrypoint.training import export
 
-    cfg = config.load({**os.environ, "DATASET_REPO": dataset_repo})
+    cfg = config.load({**os.environ, "DATASET_REPO": dataset_repo,
+                       **({"MODEL": model} if model else {})})  # fmt: skip
     source = shards.resolve(dataset_repo, name, revision)
-    checkpoint = (
-        int(checkpoint_mb * 1e6) if checkpoint_mb else plan.checkpoint_bytes(model or cfg.model)
-    )
+    checkpoint = int(checkpoint_mb * 1e6) if checkpoint_mb else plan.checkpoint_bytes(cfg.model)
+    start, teacher = plan.weights_bytes(cfg) if start_mb is None or teacher_mb is None else (0, 0)
     lines, _ = plan.disk(
         source.file,
         source.size,
@@ -189,6 +199,9 @@ def plan_disk(
         epochs if epochs is not None else cfg.epochs,
         save_period if save_period is not None else cfg.save_period,
         tars=len(source.shards),
+        start_weights=int(start_mb * 1e6) if start_mb is not None else start,
+        teacher=int(teacher_mb * 1e6) if teacher_mb is not None else teacher,
+        exports=exports if exports is not None else len(export.formats(cfg)),
     )
     click.echo("\n".join(lines))
 

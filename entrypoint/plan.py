@@ -6,6 +6,7 @@ shows them.
 """
 
 import math
+from typing import Any
 
 from entrypoint.gateways.hub import XET_LOGS, XET_SHARD_CACHE
 
@@ -36,22 +37,36 @@ def disk(
     epochs: int,
     save_period: int,
     tars: int = 1,
+    *,
+    start_weights: int = 0,
+    teacher: int = 0,
+    exports: int = 0,
 ) -> tuple[list[str], int]:
-    """The lines that show the sum, and the whole GB to allocate. ``tars``: how many tars
-    ``tar_name`` stands for (a shard index's shards)."""
+    """The lines that show the sum, and the whole GB to allocate: everything a run writes on
+    the volume. ``tars``: how many tars ``tar_name`` stands for (a shard index's shards);
+    ``start_weights``, ``teacher``: their files' bytes; ``exports``: how many EXPORT formats."""
     snapshots = epochs // save_period if save_period else 0
     kept = 2 + snapshots
     checkpoints = kept * checkpoint * 2
-    subtotal = tar_bytes + checkpoints + XET_SHARD_CACHE + XET_LOGS
+    model = checkpoint / CHECKPOINT_FACTOR  # an export holds the weights once
+    exported = exports * model * 2
+    parts = [tar_bytes, tar_bytes, checkpoints, start_weights, teacher, exported]
+    subtotal = sum(parts) + XET_SHARD_CACHE + XET_LOGS
     total = subtotal * MARGIN
     allocate = math.ceil(total / GB)
     lines = [
         f"dataset      {tar_name}: {tar_bytes / GB:.3f} GB"
         + (f" in {tars} shards" if tars > 1 else "")
         + f", extracted as it streams (no tar is stored): {tar_bytes / GB:.3f} GB",
+        f"new commit   {tar_bytes / GB:.3f} GB: a new commit of the dataset stages beside the "
+        "old copy, which goes once the new one is complete",
         f"checkpoints  {checkpoint / GB:.3f} GB each x {kept} (best, last, {snapshots} "
         f"snapshot(s): {epochs} epochs / SAVE_PERIOD {save_period}) x 2 (weights/ and "
         f"its published copy) = {checkpoints / GB:.3f} GB",
+        f"start        {start_weights / GB:.3f} GB (MODEL's weights, fetched once)",
+        f"teacher      {teacher / GB:.3f} GB (distill_model's files)",
+        f"exports      {exports} format(s) x {model / GB:.3f} GB (the weights) x 2 (export/ "
+        f"and its published copy) = {exported / GB:.3f} GB",
         f"xet cache    at most {(XET_SHARD_CACHE + XET_LOGS) / GB:.3f} GB (HF_HOME/xet: the "
         "upload's chunk indexes and logs, capped)",
         f"subtotal     {subtotal / GB:.3f} GB",
@@ -59,6 +74,22 @@ def disk(
         f"allocate     {allocate} GB",
     ]
     return lines, allocate
+
+
+def weights_bytes(cfg: Any) -> tuple[int, int]:
+    """The start weights' and the teacher's bytes, as the Hub (or the path) says: no
+    download. 0 for what the run does not fetch."""
+    from entrypoint.gateways import hub
+    from entrypoint.training import weights
+
+    def size(found: Any) -> int:
+        if found is None:
+            return 0
+        if found.target is None:
+            return found.path.stat().st_size if found.path and found.path.is_file() else 0
+        return hub.remote_file(found.target, wait=cfg.hub_wait).size
+
+    return size(weights.source(cfg)), sum(size(each) for each in weights.teacher(cfg))
 
 
 def stop(

@@ -4,7 +4,7 @@ import math
 import os
 from pathlib import Path
 
-from entrypoint.dataset import archive
+from entrypoint.dataset import archive, demo
 from tests.conftest import trainbox
 from tests.standins.hub import Hub
 
@@ -45,21 +45,45 @@ def test_plan_disk_adds_data_checkpoints_and_a_margin(hub: Hub, tmp_path: Path) 
            "TRAINBOX_CONFIG": "", "DATA": "", "DATASET_REPO": ""}  # fmt: skip
     result = trainbox(
         "plan", "disk", "--dataset-repo", "org/shapes", "--epochs", "100",
-        "--save-period", "10", "--checkpoint-mb", "35", env=env,
+        "--save-period", "10", "--checkpoint-mb", "35", "--start-mb", "40", "--teacher-mb", "90",
+        "--exports", "2", env=env,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     # By hand: best + last + 100/10 snapshots = 12 checkpoints of 35 MB, twice (weights/ and
-    # its published copy) = 0.840 GB; plus the 5 MB tar, extracted; plus the xet cache's caps
-    # (2 GB of shards, 50 MB of logs); times 1.30; rounded up.
-    checkpoints, xet = 12 * 35e6 * 2, 2.05e9
-    total = (tar + checkpoints + xet) * 1.30
+    # its published copy) = 0.840 GB; the 5 MB tar, extracted, and once more while a new
+    # commit stages beside it; 40 MB of start weights, a 90 MB teacher, two exports of the
+    # weights (35 MB / 4.3) twice; plus the xet cache's caps (2 GB of shards, 50 MB of logs);
+    # times 1.30; rounded up.
+    checkpoints, xet, exported = 12 * 35e6 * 2, 2.05e9, 2 * 35e6 / 4.3 * 2
+    subtotal = 2 * tar + checkpoints + 40e6 + 90e6 + exported + xet
+    total = subtotal * 1.30
     assert f"= {checkpoints / 1e9:.3f} GB" in result.stdout
+    assert f"new commit   {tar / 1e9:.3f} GB: a new commit" in result.stdout
+    assert "start        0.040 GB" in result.stdout and "teacher      0.090 GB" in result.stdout
+    assert "exports      2 format(s) x 0.008 GB" in result.stdout
+    assert f"= {exported / 1e9:.3f} GB" in result.stdout
     assert "xet cache    at most 2.050 GB" in result.stdout
-    assert f"subtotal     {(tar + checkpoints + xet) / 1e9:.3f} GB" in result.stdout
+    assert f"subtotal     {subtotal / 1e9:.3f} GB" in result.stdout
     assert f"margin       x 1.30 = {total / 1e9:.3f} GB" in result.stdout
     assert result.stdout.splitlines()[-1] == f"allocate     {math.ceil(total / 1e9)} GB"
     assert math.ceil(total / 1e9) == 4
     assert not [m for m, p in hub.requests if m == "GET" and p.endswith("shapes.tar")]
+
+
+def test_plan_disk_reads_the_start_weights_size_from_the_hub(hub: Hub, tmp_path: Path) -> None:
+    """MODEL=hf://...: its size from the Hub's metadata, nothing downloaded."""
+    demo.ensure(tmp_path / "shapes")
+    archive.pack(tmp_path / "shapes", tmp_path / "shapes.tar")
+    hub.add("org/shapes", {"shapes.tar": (tmp_path / "shapes.tar").read_bytes()})
+    hub.add("org/start", {"w.pt": os.urandom(3_000_000)}, kind="models")
+    env = {"HF_ENDPOINT": hub.url, "HF_TOKEN": "", "TRAINBOX_CONFIG": "", "DATA": "",
+           "DATASET_REPO": "", "MODEL": "hf://org/start/w.pt", "EXPORT": "onnx"}  # fmt: skip
+    result = trainbox("plan", "disk", "--dataset-repo", "org/shapes", "--checkpoint-mb", "35",
+                      env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "start        0.003 GB (MODEL's weights" in result.stdout
+    assert "exports      1 format(s)" in result.stdout
+    assert not [p for m, p in hub.requests if m == "GET" and p.endswith("w.pt")]
 
 
 def test_plan_disk_names_a_missing_repo(hub: Hub) -> None:

@@ -395,3 +395,18 @@ def test_on_vast_a_refused_stop_exits_with_one_line(
     assert ending.settle(cfg, ExitCode.OK, VAST) == ExitCode.OK
     assert provider.requests == [STOP_VAST]
     assert "ON_EXIT=stop failed: vast.ai did not take the request: stop the instance" in caplog.text
+
+
+def test_a_first_failure_on_vast_says_why_it_stops_not_that_it_would_repeat(
+    provider: Provider, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Exit 5 once: a new start might mend it, but vast.ai starts none, so the line says that."""
+    from entrypoint.runtime import ending
+    from entrypoint.settings import config
+
+    cfg = config.load({"VAST_API_URL": provider.url, "WORKSPACE": str(tmp_path),
+                       "ON_EXIT_WAIT": "1"})  # fmt: skip
+    with caplog.at_level("INFO", logger="trainbox"):
+        assert ending.settle(cfg, ExitCode.HUB, VAST) == ExitCode.HUB
+    assert "ON_EXIT=stop after exit 5: vast.ai keeps an exited container's instance" in caplog.text
+    assert "a new start would end the same way" not in caplog.text

@@ -5,6 +5,8 @@ import hashlib
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from entrypoint.state import store
 from entrypoint.training import publish
 
@@ -94,3 +96,25 @@ def test_a_training_that_raises_keeps_its_traceback_in_train_log_and_publishes_i
     assert log.count("Traceback (most recent call last)") == 1  # once, not per handler
     published = publish.folder(cfg.run_dir) / "train.log"
     assert "selected index k out of range" in published.read_text()  # what the uploader sends
+
+
+def test_a_dropped_copy_of_the_last_epoch_names_the_end_of_trainings_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No next epoch follows the last one: the end of training publishes it."""
+    from entrypoint.atomic import SourceChanged
+
+    def rewritten(*_: object) -> None:
+        raise SourceChanged("last.pt changed while it was copied")
+
+    monkeypatch.setattr(publish, "publish", rewritten)
+    publisher = publish.Publisher()
+    with caplog.at_level("INFO", logger="trainbox"):
+        for epoch in (1, 2):
+            publisher.on_train_epoch_end(
+                SimpleNamespace(save_dir=str(tmp_path), epoch=epoch, total_epochs=2)
+            )
+            publisher.wait()
+    first, last = [r.getMessage() for r in caplog.records if "not published" in r.getMessage()]
+    assert first.endswith("; the next epoch's copy follows")
+    assert last.endswith("; the end of training's copy follows")

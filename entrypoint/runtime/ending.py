@@ -83,7 +83,14 @@ def refused(err: TrainboxError, environ: Mapping[str, str] = os.environ) -> int:
     """``trainbox run`` whose settings are refused: the error line, then its end settled with
     the settings that say where and how to act (those of them that parse)."""
     code = failed(err)
-    keys = ("WORKSPACE", "ON_EXIT", "ON_EXIT_DRY_RUN", "VAST_API_URL", "RUNPOD_API_URL")
+    keys = (
+        "WORKSPACE",
+        "ON_EXIT",
+        "ON_EXIT_DRY_RUN",
+        "ON_EXIT_WAIT",
+        "VAST_API_URL",
+        "RUNPOD_API_URL",
+    )
     cfg = Config()
     for chosen in ({k: environ[k] for k in keys if k in environ}, {}):
         try:

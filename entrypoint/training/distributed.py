@@ -104,8 +104,8 @@ def launch(cfg: Config, procs: int, runtime: Path) -> int:
     chosen = store.code(runtime, "rank")
     if code and chosen == ExitCode.OK:
         log.warning(
-            "training completed and its last epoch is published, but %s at its exit; torchrun "
-            "reported a failure, the run counts as completed",
+            "training completed and its last epoch is published, but at their exit %s (torchrun "
+            "stops the other ranks when one fails): the run counts as completed",
             _failed(store.failures(runtime)),
         )
         return ExitCode.OK

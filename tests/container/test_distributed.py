@@ -3,6 +3,7 @@ host networking, rendezvous on 127.0.0.1, the CPU (gloo)."""
 
 import hashlib
 import json
+import re
 import time
 import uuid
 
@@ -157,10 +158,11 @@ def test_two_processes_in_one_container_and_a_rank_dying_at_its_exit(
     assert "rank 0 of world size 2 (node 0, local rank 0)" in log
     assert "rank 1 of world size 2 (node 0, local rank 1)" in log
     assert "global batch 8 / world_size 2" in log  # BATCH stays the global batch
-    assert (
-        "training completed and its last epoch is published, but rank 1 died of SIGABRT at "
-        "its exit; torchrun reported a failure, the run counts as completed"
-    ) in log
+    # torchrun may also have stopped rank 0 as it exited: named too, when it did.
+    said = re.search(r"training completed and its last epoch is published, but at their exit "
+                     r"(.*) \(torchrun stops the other ranks when one fails\): the run counts "
+                     r"as completed", log)  # fmt: skip
+    assert said and "rank 1 died of SIGABRT" in said[1], log[-4000:]
     status = json.loads(in_volume(image, volume, "cat", "/workspace/runs/run/status.json"))
     assert status["state"] == "completed", status
     final = json.loads(in_volume(image, volume, "trainbox", "status", "--json"))

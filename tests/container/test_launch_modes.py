@@ -30,13 +30,20 @@ def uploaded(hub: Hub) -> list[int]:
 
 
 def run_until_an_epoch_is_uploaded(name: str, hub: Hub) -> None:
-    deadline = time.monotonic() + 300
-    while not uploaded(hub):
+    """Until the Hub holds an epoch and the volume has published a later one: uploads lag
+    epochs (the Hub takes 7 s a checkpoint), so the stop then leaves the volume ahead of the
+    Hub, which the final upload must catch up with. The volume is read, not waited for: on a
+    loaded machine an epoch takes far longer than the 1-2 s it takes alone."""
+    deadline = time.monotonic() + 600
+    while not uploaded(hub) or published(name) <= max(uploaded(hub)):
         assert time.monotonic() < deadline, docker("logs", name).stderr[-3000:]
         time.sleep(0.5)
-    # Uploads lag epochs: stop when the volume is ahead of the Hub, which the final upload
-    # must then catch up with.
-    time.sleep(3)
+
+
+def published(name: str) -> int:
+    """The epoch the running container has published on its volume (0: none yet)."""
+    shown = docker("exec", name, "cat", PUBLISHED_INDEX)
+    return json.loads(shown.stdout)["epoch"] if shown.returncode == 0 else 0
 
 
 @pytest.mark.parametrize("mode", ["entrypoint kept", "entrypoint replaced"])

@@ -101,7 +101,7 @@ def test_the_ranks_meet_at_the_end_and_record_the_job_finished(
 @pytest.mark.parametrize(
     ("torchrun", "rank", "failures", "expected", "said"),
     [
-        (1, ExitCode.OK, {1: -6}, ExitCode.OK, "but rank 1 died of SIGABRT at its exit"),
+        (1, ExitCode.OK, {1: -6}, ExitCode.OK, "but at their exit rank 1 died of SIGABRT ("),
         (1, ExitCode.OK, {0: -15, 1: 3}, ExitCode.OK, "rank 0 died of SIGTERM, rank 1 exited 3"),
         (1, None, {1: -6}, 1, None),  # died before the job finished: failed, as before
         (0, ExitCode.OK, {}, ExitCode.OK, None),

@@ -191,7 +191,6 @@ def plan_disk(
                        **({"MODEL": model} if model else {})})  # fmt: skip
     source = shards.resolve(dataset_repo, name, revision)
     checkpoint = int(checkpoint_mb * 1e6) if checkpoint_mb else plan.checkpoint_bytes(cfg.model)
-    start, teacher = plan.weights_bytes(cfg) if start_mb is None or teacher_mb is None else (0, 0)
     lines, _ = plan.disk(
         source.file,
         source.size,
@@ -199,8 +198,8 @@ def plan_disk(
         epochs if epochs is not None else cfg.epochs,
         save_period if save_period is not None else cfg.save_period,
         tars=len(source.shards),
-        start_weights=int(start_mb * 1e6) if start_mb is not None else start,
-        teacher=int(teacher_mb * 1e6) if teacher_mb is not None else teacher,
+        start_weights=int(start_mb * 1e6) if start_mb is not None else plan.start_bytes(cfg),
+        teacher=int(teacher_mb * 1e6) if teacher_mb is not None else plan.teacher_bytes(cfg),
         exports=exports if exports is not None else len(export.formats(cfg)),
     )
     click.echo("\n".join(lines))

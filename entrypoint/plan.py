@@ -76,20 +76,28 @@ def disk(
     return lines, allocate
 
 
-def weights_bytes(cfg: Any) -> tuple[int, int]:
-    """The start weights' and the teacher's bytes, as the Hub (or the path) says: no
-    download. 0 for what the run does not fetch."""
-    from entrypoint.gateways import hub
+def start_bytes(cfg: Any) -> int:
+    """The start weights' bytes, as the Hub (or the path) says: no download; 0 from scratch."""
     from entrypoint.training import weights
 
-    def size(found: Any) -> int:
-        if found is None:
-            return 0
-        if found.target is None:
-            return found.path.stat().st_size if found.path and found.path.is_file() else 0
-        return hub.remote_file(found.target, wait=cfg.hub_wait).size
+    return _size(cfg, weights.source(cfg))
 
-    return size(weights.source(cfg)), sum(size(each) for each in weights.teacher(cfg))
+
+def teacher_bytes(cfg: Any) -> int:
+    """A distillation teacher's bytes (all its files), as the Hub says; 0 without one."""
+    from entrypoint.training import weights
+
+    return sum(_size(cfg, each) for each in weights.teacher(cfg))
+
+
+def _size(cfg: Any, found: Any) -> int:
+    from entrypoint.gateways import hub
+
+    if found is None:
+        return 0
+    if found.target is None:
+        return found.path.stat().st_size if found.path and found.path.is_file() else 0
+    return hub.remote_file(found.target, wait=cfg.hub_wait).size
 
 
 def stop(

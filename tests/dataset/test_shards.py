@@ -273,7 +273,7 @@ def test_free_space_is_checked_for_all_shards_before_any_download(hub: Hub, tmp_
     assert not [s for s in hub.served if s.name.endswith(".tar")]
 
     plan = trainbox("plan", "disk", "--dataset-repo", REPO_ID, "--checkpoint-mb", "1",
-                    env=env_for(hub, workspace))  # fmt: skip
+                    "--start-mb", "0", env=env_for(hub, workspace))  # fmt: skip
     assert plan.returncode == 0, plan.stderr
     assert "dataset      big.shards.json: 300000.000 GB in 3 shards" in plan.stdout
     assert not [s for s in hub.served if s.name.endswith(".tar")]

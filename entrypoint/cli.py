@@ -129,7 +129,8 @@ def stage_dataset() -> None:
     """Stage the configured dataset on the volume without training, and print its data.yaml."""
     from entrypoint.dataset import stage as dataset
 
-    click.echo(dataset.stage(config.load()))
+    cfg = config.load()
+    click.echo(dataset.stage(cfg, dataset.pending(cfg)))
 
 
 @cli.command("upload", hidden=True)
@@ -185,12 +186,12 @@ def plan_disk(
     run keeps, the start weights, a teacher and the exports, and a 30% margin, with the
     arithmetic shown."""
     from entrypoint.dataset import shards
-    from entrypoint.training import export
+    from entrypoint.training import export, outputs
 
     cfg = config.load({**os.environ, "DATASET_REPO": dataset_repo,
                        **({"MODEL": model} if model else {})})  # fmt: skip
     source = shards.resolve(dataset_repo, name, revision)
-    checkpoint = int(checkpoint_mb * 1e6) if checkpoint_mb else plan.checkpoint_bytes(cfg.model)
+    checkpoint = int(checkpoint_mb * 1e6) if checkpoint_mb else outputs.checkpoint_bytes(cfg.model)
     lines, _ = plan.disk(
         source.file,
         source.size,

@@ -43,8 +43,11 @@ MEANINGS: dict[ExitCode, tuple[str, str]] = {
         "the error line says which; nothing already staged was touched",
     ),
     ExitCode.DISK: (
-        "not enough space on `/workspace` for the dataset",
-        "give the volume more space (the line gives the numbers)",
+        (
+            "not enough space on `/workspace`: checked before staging for everything the run "
+            "will still write, and again as the dataset's download starts; nothing was written"
+        ),
+        "give the volume more space (the line gives the numbers; `trainbox plan disk` the sum)",
     ),
     ExitCode.HUB: (
         (

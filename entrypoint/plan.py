@@ -9,25 +9,13 @@ import math
 from typing import Any
 
 from entrypoint.gateways.hub import XET_LOGS, XET_SHARD_CACHE
+from entrypoint.training import outputs
 
 GB = 1e9
 MARGIN = 1.30
-# A libreyolo checkpoint holds the model's weights, their training copy, their EMA and the
-# optimizer's state: LibreYOLO9t's 8.2 MB of weights gave 35.3 MB checkpoints (libreyolo 1.6.0).
-CHECKPOINT_FACTOR = 4.3
 # The seed guide writes "/ 730", but its own measured $0.0694 per hour for 250 GB at $0.20 per
 # GB-month is 50 / 720: the provider bills a 30-day month. 730 would give $0.0685.
 HOURS_PER_MONTH = 720
-
-
-def checkpoint_bytes(model: str) -> int:
-    """A training checkpoint's size for ``model``, from its architecture built on the CPU."""
-    from entrypoint.training.weights import architecture
-
-    network = architecture(model)
-    net = getattr(network, "model", network)
-    weights = sum(t.numel() * t.element_size() for t in net.state_dict().values())
-    return int(weights * CHECKPOINT_FACTOR)
 
 
 def disk(
@@ -45,12 +33,8 @@ def disk(
     """The lines that show the sum, and the whole GB to allocate: everything a run writes on
     the volume. ``tars``: how many tars ``tar_name`` stands for (a shard index's shards);
     ``start_weights``, ``teacher``: their files' bytes; ``exports``: how many EXPORT formats."""
-    snapshots = epochs // save_period if save_period else 0
-    kept = 2 + snapshots
-    checkpoints = kept * checkpoint * 2
-    model = checkpoint / CHECKPOINT_FACTOR  # an export holds the weights once
-    exported = exports * model * 2
-    parts = [tar_bytes, tar_bytes, checkpoints, start_weights, teacher, exported]
+    run = outputs.Outputs(checkpoint, epochs, save_period, exports)
+    parts = [tar_bytes, tar_bytes, run.checkpoints, start_weights, teacher, run.exported]
     subtotal = sum(parts) + XET_SHARD_CACHE + XET_LOGS
     total = subtotal * MARGIN
     allocate = math.ceil(total / GB)
@@ -60,13 +44,13 @@ def disk(
         + f", extracted as it streams (no tar is stored): {tar_bytes / GB:.3f} GB",
         f"new commit   {tar_bytes / GB:.3f} GB: a new commit of the dataset stages beside the "
         "old copy, which goes once the new one is complete",
-        f"checkpoints  {checkpoint / GB:.3f} GB each x {kept} (best, last, {snapshots} "
+        f"checkpoints  {checkpoint / GB:.3f} GB each x {run.kept} (best, last, {run.snapshots} "
         f"snapshot(s): {epochs} epochs / SAVE_PERIOD {save_period}) x 2 (weights/ and "
-        f"its published copy) = {checkpoints / GB:.3f} GB",
+        f"its published copy) = {run.checkpoints / GB:.3f} GB",
         f"start        {start_weights / GB:.3f} GB (MODEL's weights, fetched once)",
         f"teacher      {teacher / GB:.3f} GB (distill_model's files)",
-        f"exports      {exports} format(s) x {model / GB:.3f} GB (the weights) x 2 (export/ "
-        f"and its published copy) = {exported / GB:.3f} GB",
+        f"exports      {exports} format(s) x {run.model / GB:.3f} GB (the weights) x 2 (export/ "
+        f"and its published copy) = {run.exported / GB:.3f} GB",
         f"xet cache    at most {(XET_SHARD_CACHE + XET_LOGS) / GB:.3f} GB (HF_HOME/xet: the "
         "upload's chunk indexes and logs, capped)",
         f"subtotal     {subtotal / GB:.3f} GB",

@@ -5,7 +5,8 @@ import os
 from pathlib import Path
 
 from entrypoint.dataset import archive, demo
-from tests.conftest import trainbox
+from entrypoint.training import outputs, weights
+from tests.conftest import settings, trainbox
 from tests.standins.hub import Hub
 
 
@@ -91,3 +92,24 @@ def test_plan_disk_names_a_missing_repo(hub: Hub) -> None:
     result = trainbox("plan", "disk", "--dataset-repo", "org/nope", "--checkpoint-mb", "1", env=env)
     assert result.returncode == 3
     assert "DATASET_REPO=org/nope: not found" in result.stderr
+
+
+def test_a_start_counts_what_training_will_still_write(tmp_path: Path) -> None:
+    """The start's part of the sum: a checkpoint's size from what there is to know (a resumed
+    run's last.pt, else MODEL's architecture, else the start weights' own size), less what
+    the run holds already; nothing on a node other than 0."""
+    cfg = settings(tmp_path, MODEL="hf://org/w/best.pt", EPOCHS="10", SAVE_PERIOD="5",
+                   EXPORT="onnx")  # fmt: skip
+    found = weights.source(cfg)
+    # best, last and 10 / 5 snapshots = 4 checkpoints of the 3 MB start weights, twice; one
+    # export of the weights (3 MB / 4.3), twice
+    assert outputs.left(cfg, found, 3_000_000) == int(4 * 3e6 * 2 + 3e6 / 4.3 * 2)
+    named = settings(tmp_path, MODEL="LibreYOLO9t.pt", EPOCHS="10", SAVE_PERIOD="5")
+    assert outputs.left(named, weights.source(named), 0) == 4 * 35_310_808 * 2  # its weights x 4.3
+    (cfg.run_dir / "weights").mkdir(parents=True)
+    for name in ("last.pt", "best.pt"):  # a resumed run: its own checkpoints say the size
+        (cfg.run_dir / "weights" / name).write_bytes(b"x" * 1_000_000)
+    assert outputs.left(cfg, None, 0) == int(4 * 1e6 * 2 + 1e6 / 4.3 * 2) - 2_000_000
+    other = settings(tmp_path, MODEL="LibreYOLO9t.pt", NNODES="2", NODE_RANK="1",
+                     MASTER_ADDR="10.0.0.1", OUTPUT_REPO="org/w")  # fmt: skip
+    assert outputs.left(other, weights.source(other), 0) == 0  # LibreYOLO saves on rank 0

@@ -61,11 +61,49 @@ def identity(cfg: Config) -> dict:
     return {"data": cfg.data or "the built-in demo"}
 
 
-def stage(cfg: Config) -> Path:
-    """Make the dataset ready on the volume, once; return its data.yaml."""
-    if cfg.dataset_repo:
-        return _stage_from_hub(cfg)
+def pending(cfg: Config) -> shards.Source | None:
+    """The Hub dataset still to download (one listing of the repo, nothing downloaded); None
+    when there is nothing to fetch: not a Hub dataset, or the staged copy serves (the same
+    commit, or any staged commit while the Hub cannot be asked)."""
+    if not cfg.dataset_repo:
+        return None
+    marker = read_marker(folder(cfg))
+    files = (cfg.dataset_file,) if cfg.dataset_file else shards.defaults(cfg.dataset_repo)
+    staged = bool(marker) and (marker.get("repo"), marker.get("revision")) == (
+        cfg.dataset_repo, cfg.dataset_revision) and marker.get("file") in files  # fmt: skip
+    try:
+        # With a staged copy, don't wait on retries: it can be trained on as it is.
+        source = shards.resolve(cfg.dataset_repo, cfg.dataset_file, cfg.dataset_revision,
+                                wait=0 if staged else cfg.hub_wait)  # fmt: skip
+    except hub.Unreachable as err:
+        if not staged:
+            raise
+        log.warning("%s; training on the copy staged from commit %s", err, marker["commit"])
+        return None
+    if staged and (marker.get("commit"), marker.get("file")) == (source.commit, source.file):
+        log.info("dataset %s@%s already staged in %s", source.repo, source.commit[:12],
+                 folder(cfg))  # fmt: skip
+        return None
+    return source
+
+
+def left(cfg: Config, source: shards.Source | None) -> int:
+    """The bytes staging ``source`` will still write: what a cut download's checkpoints do not
+    cover, plus the margin (the extracted files are about the tar's size)."""
+    if source is None:
+        return 0
+    partial = folder(cfg).with_name(f".{folder(cfg).name}.partial")
+    return int((source.size - _Checkpoints(partial, source, 0).covered()) * SPACE_MARGIN)
+
+
+def stage(cfg: Config, source: shards.Source | None) -> Path:
+    """Make the dataset ready on the volume, once; return its data.yaml. ``source``: the Hub
+    dataset ``pending`` found still to download."""
+    if source is not None:
+        return _download(source, folder(cfg), cfg)
     path = data_yaml(cfg)
+    if cfg.dataset_repo:
+        return path
     if cfg.is_demo:
         from entrypoint.dataset import demo  # numpy and PIL load only when the demo is used
 
@@ -81,27 +119,6 @@ def stage(cfg: Config) -> Path:
     if cfg.doctor:
         doctor(path)
     return path
-
-
-def _stage_from_hub(cfg: Config) -> Path:
-    target = folder(cfg)
-    marker = read_marker(target)
-    files = (cfg.dataset_file,) if cfg.dataset_file else shards.defaults(cfg.dataset_repo)
-    staged = bool(marker) and (marker.get("repo"), marker.get("revision")) == (
-        cfg.dataset_repo, cfg.dataset_revision) and marker.get("file") in files  # fmt: skip
-    try:
-        # With a staged copy, don't wait on retries: it can be trained on as it is.
-        source = shards.resolve(cfg.dataset_repo, cfg.dataset_file, cfg.dataset_revision,
-                                wait=0 if staged else cfg.hub_wait)  # fmt: skip
-    except hub.Unreachable as err:
-        if not staged:
-            raise
-        log.warning("%s; training on the copy staged from commit %s", err, marker["commit"])
-        return target / marker["data_yaml"]
-    if staged and (marker.get("commit"), marker.get("file")) == (source.commit, source.file):
-        log.info("dataset %s@%s already staged in %s", source.repo, source.commit[:12], target)
-        return target / marker["data_yaml"]
-    return _download(source, target, cfg)
 
 
 def _check_space(workspace: Path, size: int, left: int) -> None:

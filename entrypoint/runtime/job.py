@@ -21,12 +21,12 @@ from entrypoint.dataset import stage as dataset
 from entrypoint.errors import MEANINGS, ExitCode, TrainboxError
 from entrypoint.gateways import hub, provider
 from entrypoint.preflight import check as preflight
-from entrypoint.runtime import ending, ssh, supervise, watchdog
+from entrypoint.runtime import disk, ending, ssh, supervise, watchdog
 from entrypoint.settings import options
 from entrypoint.settings.config import Config
 from entrypoint.state import budget, prepared, status, store, view
 from entrypoint.state.prepared import Prepared
-from entrypoint.training import distributed, export, progress, publish, resume, weights
+from entrypoint.training import distributed, export, outputs, progress, publish, resume, weights
 from entrypoint.upload import uploader as upload
 
 log = logging.getLogger("trainbox")
@@ -197,22 +197,27 @@ def _prepare(cfg: Config, runtime: Path | None = None) -> "int | Prepared":
             "OUTPUT_REPO is not set: the weights stay on this volume only; if the "
             "machine goes, they go with it"
         )
-    # The start weights (none when the run goes on from a checkpoint) and a distillation
-    # teacher: asked for before a Hub dataset's long download and fetched meanwhile; after a
-    # local one's quick check.
+    # Nothing is downloaded before the start weights (none when the run goes on from a
+    # checkpoint), a distillation teacher and a Hub dataset's listing are asked for and the
+    # whole run is known to fit; the weights come during a Hub dataset's long download, after
+    # a local one's quick check.
     found = None if resume.has_checkpoint(cfg) else weights.source(cfg)
-    files = [found, *weights.teacher(cfg)]  # and distill_model's, a resumed run's too
+    teacher = weights.teacher(cfg)  # distill_model's, a resumed run's too
     status.record(cfg.workspace, "staging")
-    if cfg.dataset_repo:
-        for each in files:
-            weights.check(cfg, each)
-        fetching = weights.Background(cfg, *files)
-        dataset.stage(cfg)
-        fetching.result()
-    else:
-        dataset.stage(cfg)
-        for each in files:
-            weights.fetch(cfg, each)
+    source = dataset.pending(cfg)
+    if not source:
+        dataset.stage(cfg, source)
+    start = weights.check(cfg, found)
+    disk.check(cfg.workspace, {
+        "dataset": dataset.left(cfg, source),
+        "start weights": start,
+        "teacher": sum(weights.check(cfg, each) for each in teacher),
+        "checkpoints and exports": outputs.left(cfg, found, start),
+    })  # fmt: skip
+    fetching = weights.Background(cfg, found, *teacher)
+    if source:
+        dataset.stage(cfg, source)
+    fetching.result()
     manifest = publish.provenance(cfg, verdict, dataset.identity(cfg))
     if previous:  # the Hub keeps the run's manifest until the resume is known to be right
         resume.check_dataset(cfg, previous, manifest)

@@ -172,12 +172,15 @@ def _source(cfg: Config, setting: str, model: str, pretrained: bool) -> Source |
     return Source(target, cfg.workspace / FOLDER / target.repo / target.name, f"{setting}={model}")
 
 
-def check(cfg: Config, found: Source | None) -> None:
-    """Before a long staging: the weights exist where their setting says (one metadata
-    request)."""
-    pending = found and found.target and not _here(found)
-    if pending and hub.locate(found.target, wait=cfg.hub_wait) is None:
+def check(cfg: Config, found: Source | None) -> int:
+    """Before staging: the weights exist where their setting says (one metadata request);
+    the bytes still to fetch onto the volume (0 when they are there, or at a path)."""
+    if not (found and found.target) or _here(found):
+        return 0
+    remote = hub.locate(found.target, wait=cfg.hub_wait)
+    if remote is None:
         raise _missing(found)
+    return remote.size
 
 
 def _here(found: Source) -> bool:

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from entrypoint.dataset import archive, demo
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.runtime import job
 from entrypoint.state import prepared, status, store
 from entrypoint.training import publish
-from tests.conftest import REPO, settings
+from tests.conftest import REPO, settings, trainbox
+from tests.standins.hub import Hub
 
 # hf_xet reads its timeouts and cache limits from the environment alone: the Hub gateway sets
 # its defaults there (a user's own HF_XET_* win). Nothing else writes the environment.
@@ -127,3 +129,31 @@ def test_every_failed_exit_has_a_reason(
         store.write_code(runtime, decided[0], code, decided[1])
     reason = job._reason(settings(tmp_path), runtime, code)
     assert reason.startswith(expected) and bool(reason) == bool(expected)
+
+
+def test_a_run_the_volume_cannot_hold_stops_before_staging(hub: Hub, tmp_path: Path) -> None:
+    """The dataset fits; the checkpoints of a million epochs, one kept for each, do not: a real
+    `trainbox run` ends with exit 4 and each part named, before a byte is downloaded."""
+    demo.ensure(tmp_path / "shapes")
+    (tmp_path / "shapes" / "blob").write_bytes(os.urandom(20_000_000))
+    archive.pack(tmp_path / "shapes", tmp_path / "shapes.tar")
+    tar = (tmp_path / "shapes.tar").stat().st_size
+    hub.add("org/shapes", {"shapes.tar": (tmp_path / "shapes.tar").read_bytes()})
+    workspace = tmp_path / "ws"
+    env = {"WORKSPACE": str(workspace), "DEVICE": "cpu", "HF_ENDPOINT": hub.url,
+           "HF_TOKEN": "", "HF_HOME": str(workspace / "hf"), "TRAINBOX_CONFIG": "", "DATA": "",
+           "DATASET_REPO": "org/shapes", "OUTPUT_REPO": "", "MODEL": "LibreYOLO9t.pt",
+           "PRETRAINED": "false",
+           "EPOCHS": "1000000", "SAVE_PERIOD": "1", "MONITOR": "false"}  # fmt: skip
+    result = trainbox("run", env=env)
+    assert result.returncode == ExitCode.DISK, result.stderr[-3000:]
+    [line] = [m for m in result.stderr.splitlines() if m.startswith("[trainbox] error:")]
+    assert f"not enough space on {workspace} for the whole run: it will still write" in line
+    # the tar and 15%; 1,000,002 checkpoints of LibreYOLO9t's 35,310,808 bytes (its weights
+    # x 4.3), twice (weights/ and the published copy): 70,621.7 GB
+    assert f"(dataset {tar * 1.15 / 1e9:.2f} GB, checkpoints and exports 70621.7" in line
+    assert "give the volume at least" in line
+    assert not [p for m, p in hub.requests if m == "GET" and p.endswith("shapes.tar")]
+    assert not (workspace / "data").exists() or not any((workspace / "data").iterdir())
+    recorded = store.status(workspace)
+    assert recorded["exit_code"] == ExitCode.DISK and recorded["reason"] in line

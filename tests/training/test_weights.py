@@ -65,11 +65,11 @@ def on_hub(hub: Hub, monkeypatch: pytest.MonkeyPatch) -> Hub:
 def test_fetched_once_through_the_gateway(tmp_path: Path, on_hub: Hub) -> None:
     cfg = load(tmp_path, MODEL="hf://org/w/run/best.pt", HUB_WAIT="2")
     found = weights.source(cfg)
-    weights.check(cfg, found)
+    assert weights.check(cfg, found) == len(CHECKPOINT)  # the bytes still to fetch
     path = weights.fetch(cfg, found)
     assert path.read_bytes() == CHECKPOINT and weights.local(cfg) == path
     asked = len(on_hub.requests)
-    weights.check(cfg, weights.source(cfg))  # a restart: on the volume already
+    assert weights.check(cfg, weights.source(cfg)) == 0  # a restart: on the volume already
     assert weights.fetch(cfg, weights.source(cfg)) == path
     assert len(on_hub.requests) == asked
 

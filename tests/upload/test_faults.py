@@ -101,7 +101,7 @@ def _write_check(cfg: config.Config) -> object:
 
 
 def _staging(cfg: config.Config) -> object:
-    return dataset.stage(cfg).name
+    return dataset.stage(cfg, dataset.pending(cfg)).name
 
 
 def _cycle(cfg: config.Config) -> object:

@@ -140,9 +140,7 @@ def upload_command() -> int:
     from entrypoint.upload import uploader as upload
 
     cfg, _ = _supervised()
-    code = upload.main(cfg, store.runtime())
-    store.write_code(store.runtime(), "upload", code)
-    return code
+    return upload.main(cfg, store.runtime())
 
 
 @cli.group("plan")

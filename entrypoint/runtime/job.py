@@ -167,7 +167,8 @@ def _prepare(cfg: Config, runtime: Path | None = None) -> "int | Prepared":
             "run %s already completed: nothing to train (set RUN_NAME for a new run)", cfg.run_dir
         )
         # A final upload that failed last time is retried: completed is not yet safe.
-        return upload.flush(cfg) if cfg.output_repo and cfg.node_rank == 0 else ExitCode.OK
+        finishing = cfg.output_repo and cfg.node_rank == 0
+        return upload.flush(cfg, runtime=runtime) if finishing else ExitCode.OK
     # Preflight in its own process: the CUDA context it opens must not outlive the check.
     # (with this start's runtime folder: it reads the job's settings, as every program does)
     env = {**os.environ, **({store.RUNTIME: str(runtime)} if runtime else {})}

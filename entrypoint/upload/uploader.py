@@ -190,13 +190,15 @@ def main(cfg: Config, runtime: Path | None = None) -> int:
     stop.wait()
     hub.abandon()  # a cycle's transfer in flight is of an older snapshot, or stuck
     stopped_at = store.stop(runtime) if runtime else None
-    return flush(cfg, uploader, stopped_at=stopped_at)
+    return flush(cfg, uploader, stopped_at=stopped_at, runtime=runtime)
 
 
-def flush(cfg: Config, uploader: Uploader | None = None, stopped_at: float | None = None) -> int:
+def flush(cfg: Config, uploader: Uploader | None = None, stopped_at: float | None = None,
+          runtime: Path | None = None) -> int:  # fmt: skip
     """Push what is pending until STOP_GRACE after ``stopped_at`` (default: now), less a
     margin; OK only if the Hub then holds it all. A push still in flight at the deadline is
-    abandoned (its thread dies with the process)."""
+    abandoned (its thread dies with the process). The code, and why, go to ``runtime``'s
+    store for the job's last line."""
     uploader = uploader or Uploader(cfg)
     deadline = time.monotonic() + budget.flush_left(cfg.stop_grace, stopped_at)
     log.info("final upload to %s ...", cfg.output_repo)
@@ -218,10 +220,15 @@ def flush(cfg: Config, uploader: Uploader | None = None, stopped_at: float | Non
     status.record(cfg.workspace, "uploading", upload=uploader.ledger.get("state", {}))
     if outcome:
         log.info("final upload done: the Hub holds epoch %d", read_index(cfg.run_dir)["epoch"])
-        return ExitCode.OK
-    log.error("final upload failed (%s): %d file(s) are only on the volume",
-              uploader.last_error or "out of time", len(uploader.pending()[1]))  # fmt: skip
-    return ExitCode.UPLOAD
+        code, reason = ExitCode.OK, ""
+    else:
+        reason = (f"final upload failed ({uploader.last_error or 'out of time'}): "
+                  f"{len(uploader.pending()[1])} file(s) are only on the volume")  # fmt: skip
+        log.error("%s", reason)
+        code = ExitCode.UPLOAD
+    if runtime:
+        store.write_code(runtime, "upload", code, reason)
+    return code
 
 
 def verify(cfg: Config) -> bool:

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from entrypoint.errors import ExitCode
+from entrypoint.state import store
 from tests.conftest import REPO
 from tests.standins.hub import GOOD_TOKEN, Fault, Hub
 from tests.standins.provider import Provider, runpod_answers, vast_answers
@@ -181,6 +182,10 @@ def test_a_failed_final_upload_sends_nothing(hub: Hub, provider: Provider, tmp_p
     assert result.returncode == ExitCode.UPLOAD, result.stderr[-3000:]
     assert provider.requests == []  # the next start retries the upload: it may mend it
     assert "exit 7: RunPod starts a container that exits again" in result.stderr
+    # why, in the status and the job's last line, with what to do
+    reason = store.status(tmp_path)["reason"]
+    assert reason.startswith("final upload failed (") and "only on the volume" in reason
+    assert f"exit 7: {reason}; fix the token; after a failed final upload" in result.stderr
 
 
 @pytest.mark.parametrize(

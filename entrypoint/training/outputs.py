@@ -3,9 +3,9 @@ with its published copy. ``trainbox plan disk`` sizes a disk with it; the start 
 what is still to be written fits."""
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from entrypoint.errors import TrainboxError
 from entrypoint.settings.config import Config
 
 if TYPE_CHECKING:
@@ -80,12 +80,12 @@ def _checkpoint(cfg: Config, start: "weights.Source | None", fetching: int) -> i
     """A checkpoint's bytes: a resumed run's ``last.pt``'s; else estimated from the
     architecture MODEL names; else (hf://... or a path, whose name does not say it) the start
     weights' own, a lower bound: a checkpoint holds at least the weights."""
+    from entrypoint.training.weights import PREFIX
+
     last = cfg.run_dir / "weights" / "last.pt"
     if last.is_file():
         return last.stat().st_size
-    try:
-        return checkpoint_bytes(cfg.model)
-    except TrainboxError:
-        pass
+    if not (cfg.model.startswith(PREFIX) or Path(cfg.model).is_absolute()):
+        return checkpoint_bytes(cfg.model)  # a LibreYOLO name, checked at start
     here = start is not None and start.path is not None and start.path.is_file()
     return start.path.stat().st_size if here else fetching

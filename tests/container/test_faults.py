@@ -3,7 +3,6 @@ resumes, an older volume against newer weights on the Hub, a Hub that hangs on t
 commit, a stop during staging, and two containers on one volume."""
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from entrypoint.errors import ExitCode
 from tests.container.conftest import (
     OUTPUT,
     TRAIN,
+    Container,
     detached,
     env_for,
     hub_epochs,
@@ -106,13 +106,19 @@ def test_a_refused_xet_token_stops_at_start_with_the_tokens_line(
     assert "make a token with write access" in line
 
 
+def staged_bytes(box: Container) -> int:
+    """The staging download's bytes so far, as the status shows them."""
+    return json.loads(box.status("--json").stdout or "{}").get("staging", {}).get("bytes", 0)
+
+
 def test_a_stop_during_staging_exits_130_interrupted_and_leaves_nothing(
     image: str, volume: str, hub: Hub, tmp_path: Path
 ) -> None:
     hub.rate = len(shapes_on_the_hub(hub, tmp_path)) / 120  # staging would take 2 minutes
     with detached(image, volume, env_for(hub, DATASET_REPO="org/shapes", DOCTOR="false")) as box:
-        until(lambda: phase(box) == "staging", box, 120)
-        time.sleep(2)  # some bytes in, no staging checkpoint yet (STAGE_CHECKPOINT is 30 s)
+        # some bytes in (the phase begins with the disk's sum, before any download), no
+        # staging checkpoint yet (STAGE_CHECKPOINT is 30 s)
+        until(lambda: staged_bytes(box) > 0, box, 120)
         code, log = stop(box, 20)
     assert code == ExitCode.INTERRUPTED, log[-3000:]  # its own exit, not docker's SIGKILL
     state = json.loads(in_volume(image, volume, "trainbox", "status", "--json"))

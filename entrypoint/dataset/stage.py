@@ -16,13 +16,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
 
 from entrypoint.atomic import write_atomic
-from entrypoint.dataset import archive, shards
+from entrypoint.dataset import archive, forms, published, shards
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.gateways import hub
 from entrypoint.settings.config import Config
@@ -61,20 +63,21 @@ def identity(cfg: Config) -> dict:
     return {"data": cfg.data or "the built-in demo"}
 
 
-def pending(cfg: Config) -> shards.Source | None:
+Source = shards.Source | published.Source
+
+
+def pending(cfg: Config) -> Source | None:
     """The Hub dataset still to download (one listing of the repo, nothing downloaded); None
     when there is nothing to fetch: not a Hub dataset, or the staged copy serves (the same
     commit, or any staged commit while the Hub cannot be asked)."""
     if not cfg.dataset_repo:
         return None
     marker = read_marker(folder(cfg))
-    files = (cfg.dataset_file,) if cfg.dataset_file else shards.defaults(cfg.dataset_repo)
-    staged = bool(marker) and (marker.get("repo"), marker.get("revision")) == (
-        cfg.dataset_repo, cfg.dataset_revision) and marker.get("file") in files  # fmt: skip
+    same = (marker.get("repo"), marker.get("revision")) == (cfg.dataset_repo, cfg.dataset_revision)
+    staged = bool(marker) and same and cfg.dataset_file in ("", marker.get("file"))
     try:
         # With a staged copy, don't wait on retries: it can be trained on as it is.
-        source = shards.resolve(cfg.dataset_repo, cfg.dataset_file, cfg.dataset_revision,
-                                wait=0 if staged else cfg.hub_wait)  # fmt: skip
+        source = _resolve(cfg, wait=0 if staged else cfg.hub_wait)
     except hub.Unreachable as err:
         if not staged:
             raise
@@ -87,18 +90,37 @@ def pending(cfg: Config) -> shards.Source | None:
     return source
 
 
-def left(cfg: Config, source: shards.Source | None) -> int:
+def _resolve(cfg: Config, *, wait: float) -> Source:
+    """DATASET_FILE's tar or index; else the form one listing of the repo shows (a pack's
+    own files, pinned to the listing's commit, or a dataset as published)."""
+    repo, revision = cfg.dataset_repo, cfg.dataset_revision
+    if cfg.dataset_file:
+        return shards.resolve(repo, cfg.dataset_file, revision, wait=wait)
+    listing = hub.listing(hub.Target("DATASET_REPO", repo, "", revision), wait=wait)
+    form, shown = forms.decide(repo, revision, [f.name for f in listing.files], cfg.dataset_format)
+    if form != "trainbox":
+        return published.source(listing, form, shown)
+    name = next(n for n in shards.defaults(repo) if n in shown)
+    found = shards.resolve(repo, name, listing.commit, wait=wait)
+    return replace(found, revision=revision)
+
+
+def left(cfg: Config, source: Source | None) -> int:
     """The bytes staging ``source`` will still write: what a cut download's checkpoints do not
     cover, plus the margin (the extracted files are about the tar's size)."""
     if source is None:
         return 0
     partial = folder(cfg).with_name(f".{folder(cfg).name}.partial")
+    if isinstance(source, published.Source):
+        return int((source.size - published.covered(partial, source)) * published.margin(source))
     return int((source.size - _Checkpoints(partial, source, 0).covered()) * SPACE_MARGIN)
 
 
-def stage(cfg: Config, source: shards.Source | None) -> Path:
+def stage(cfg: Config, source: Source | None) -> Path:
     """Make the dataset ready on the volume, once; return its data.yaml. ``source``: the Hub
     dataset ``pending`` found still to download."""
+    if isinstance(source, published.Source):
+        return _build(source, folder(cfg), cfg)
     if source is not None:
         return _download(source, folder(cfg), cfg)
     path = data_yaml(cfg)
@@ -121,16 +143,16 @@ def stage(cfg: Config, source: shards.Source | None) -> Path:
     return path
 
 
-def _check_space(workspace: Path, size: int, left: int) -> None:
+def _check_space(workspace: Path, size: int, left: int, margin: float = SPACE_MARGIN) -> None:
     """Room for the ``left`` bytes still to extract (of ``size``), plus the margin."""
     (workspace / "data").mkdir(parents=True, exist_ok=True)
-    need = int(left * SPACE_MARGIN)
+    need = int(left * margin)
     free = shutil.disk_usage(workspace).free
     if free < need:
         raise TrainboxError(
             f"not enough space on {workspace}: the dataset needs about {gb(need)} more "
-            f"({gb(left)} of its {gb(size)} of tar still to extract as it downloads, plus 15%) "
-            f"and {gb(free)} is free; give the volume more space",
+            f"({gb(left)} of its {gb(size)} still to fetch and extract, plus "
+            f"{margin - 1:.0%}) and {gb(free)} is free; give the volume more space",
             ExitCode.DISK,
         )
 
@@ -153,22 +175,42 @@ def _download(source: shards.Source, target: Path, cfg: Config) -> Path:
     log.info("staging %s/%s@%s (%s%s) into %s%s", source.repo, source.file, source.commit[:12],
              gb(source.size), f" in {count} shards, {min(count, cfg.stage_parallel)} at once"
              if source.sharded else "", target, book.describe())  # fmt: skip
-    try:
+    with _keeping(partial, target):
         with _Progress(cfg.workspace, source, book.covered()) as progress:
             members = _fetch_all(source, partial, book, progress, cfg)
         book.clear()
         found = _find_yaml(partial, source.file)
-        if cfg.doctor:
-            point(found, found.parent)
-            doctor(found)
-        relative = found.relative_to(partial)
-        point(found, (target / relative).parent)
         marker = {**source.identity(), "revision": source.revision, "shards": count,
-                  "members": members, "data_yaml": str(relative)}  # fmt: skip
-        store.write_dataset_marker(partial, marker)
-        _swap(partial, target)
+                  "members": members}  # fmt: skip
+        relative = _settle(found, partial, target, cfg, marker)
+    log.info("dataset staged: %d files, sha256 %s", members, (source.sha256 or "")[:16])
+    return target / relative
+
+
+def _build(source: published.Source, target: Path, cfg: Config) -> Path:
+    """Fetch a published dataset, converting it into a hidden folder; then as a tar's."""
+    partial = target.with_name(f".{target.name}.partial")
+    done = published.covered(partial, source)
+    _check_space(cfg.workspace, source.size, source.size - done, published.margin(source))
+    log.info("staging %s@%s (%s, %d files, %s) into %s%s", source.repo, source.commit[:12],
+             source.file, len(source.shards), gb(source.size), target,
+             f", resuming: {gb(done)} already converted" if done else "")  # fmt: skip
+    with _keeping(partial, target):
+        with _Progress(cfg.workspace, source, done) as progress:
+            found = published.build(source, partial, cfg, progress)
+        marker = {**source.identity(), "revision": source.revision, "form": source.form,
+                  "members": sum(1 for _ in partial.rglob("*"))}  # fmt: skip
+        relative = _settle(found, partial, target, cfg, marker)
+    log.info("dataset staged: %s form converted into %s", source.form, target)
+    return target / relative
+
+
+@contextmanager
+def _keeping(partial: Path, target: Path) -> Iterator[None]:
+    """A cut download keeps what its checkpoints cover; anything else leaves no trace."""
+    try:
+        yield
     except BaseException as err:
-        # A cut download keeps what its checkpoints cover; anything else leaves no trace.
         disk_full = isinstance(err, OSError) and err.errno == errno.ENOSPC
         bad_data = isinstance(err, TrainboxError) and err.code == ExitCode.DATASET
         if disk_full or bad_data or not store.has_staging_checkpoint(partial):
@@ -179,8 +221,21 @@ def _download(source: shards.Source, target: Path, cfg: Config) -> Path:
                 ExitCode.DISK,
             ) from None
         raise
-    log.info("dataset staged: %d files, sha256 %s", members, (source.sha256 or "")[:16])
-    return target / relative
+
+
+def _settle(found: Path, partial: Path, target: Path, cfg: Config, marker: dict) -> Path:
+    """Doctor the data.yaml ``found`` in ``partial``, point it at the final place, mark the
+    copy and swap it in; return ``found``'s place relative to the dataset's folder. (A
+    classification folder has no data.yaml: LibreYOLO's doctor checks detection sets only.)"""
+    relative = found.relative_to(partial)
+    if found.is_file():
+        if cfg.doctor:
+            point(found, found.parent)
+            doctor(found)
+        point(found, (target / relative).parent)
+    store.write_dataset_marker(partial, {**marker, "data_yaml": str(relative)})
+    _swap(partial, target)
+    return relative
 
 
 class _Cancelled(Exception):

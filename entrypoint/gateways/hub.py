@@ -403,6 +403,61 @@ def cache(target: Target, *, wait: float = WAIT) -> Path | None:
     return call(absent_as_none(download), f"download {target.name}", target, wait=wait)
 
 
+@dataclass(frozen=True)
+class Listing:
+    """Every file of a repo at one commit, with its size and (LFS, Xet) sha256."""
+
+    repo: str
+    revision: str
+    commit: str
+    files: tuple[RemoteFile, ...]
+
+
+def listing(target: Target, *, wait: float = WAIT) -> Listing:
+    """The repo's files at ``target.revision``, resolved to one commit, from one request
+    (``dataset_info`` with ``files_metadata``: the Hub's ``/revision/REV?blobs=true``); nothing
+    is downloaded."""
+
+    def ask() -> Listing:
+        info = api().dataset_info(target.repo, revision=target.revision, files_metadata=True)
+        commit = info.sha or ""
+        files = tuple(
+            RemoteFile(
+                target.repo,
+                s.rfilename,
+                target.revision,
+                commit,
+                s.size or 0,
+                s.lfs.sha256 if s.lfs else (s.blob_id or ""),
+                url(target.repo, s.rfilename, commit),
+            )
+            for s in info.siblings or ()
+        )
+        return Listing(target.repo, target.revision, commit, files)
+
+    return call(ask, f"list the files of {target.repo}", target, wait=wait)
+
+
+def fetch(remote: RemoteFile, into: Path, *, wait: float = WAIT) -> Path:
+    """Download one file of a listing, at its commit, to ``into/NAME`` by the Hub client
+    itself (Xet where the Hub stores it so). The client keeps what it fetched in ``into``'s
+    ``.cache/huggingface`` and downloads a file again only if it changed, so a cut staging
+    does not fetch the finished files twice (huggingface_hub 2.4.0,
+    ``file_download._hf_hub_download_to_local_dir``, read 2026-12-05)."""
+    target = Target("DATASET_REPO", remote.repo, remote.name, remote.revision)
+
+    def download() -> Path:
+        return Path(
+            _hf().hf_hub_download(
+                remote.repo, remote.name, repo_type="dataset", revision=remote.commit,
+                local_dir=into, token=token(), library_name="trainbox",
+                library_version=__version__,
+            )
+        )  # fmt: skip
+
+    return call(download, f"download {remote.name}", target, wait=wait)
+
+
 def _open(url: str, offset: int) -> http.client.HTTPResponse:
     request = urllib.request.Request(url, headers={"Range": f"bytes={offset}-"})
     for key, value in _hf().utils.build_hf_headers(token=token(), library_name="trainbox").items():

@@ -25,6 +25,10 @@ DEMO_PRESET = CONFIG_DIR / "demo.yaml"
 WORKSPACE = Path("/workspace")
 
 Parser = Callable[[Any], Any]
+# How a dataset repo can be published (entrypoint/dataset/forms.py tells them apart), and the
+# box layouts a published dataset may use (entrypoint/dataset/boxes.py).
+FORMS = ("trainbox", "parquet", "yolo", "coco", "imagefolder", "archive")
+BOX_FORMATS = ("xywh", "xyxy", "xywhn", "xyxyn", "cxcywhn")
 
 
 def _int_at_least(low: int, *, also: int | None = None) -> Parser:
@@ -72,6 +76,16 @@ def _choice(*choices: str) -> Parser:
         return text
 
     return parse
+
+
+def _fraction(raw: Any) -> float:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = -1.0
+    if not 0 < value < 1:
+        raise ValueError("expected a fraction between 0 and 1, such as 0.1")
+    return value
 
 
 def _device(raw: Any) -> str:
@@ -178,7 +192,27 @@ class Config:
         _text,
         "the tar, or the shard index, in DATASET_REPO; empty: `NAME.tar`, else `NAME.shards.json`",
     )
-    dataset_revision: str = setting("main", _text, "branch, tag or commit of DATASET_REPO")
+    dataset_revision: str = setting(
+        "main", _text, "branch, tag or commit of DATASET_REPO (`refs/convert/parquet` works)"
+    )
+    dataset_format: str = setting(
+        "auto",
+        _choice("auto", *FORMS),
+        "how DATASET_REPO is published; `auto`: decided from the repo's file list (see "
+        "docs/datasets.md); set it when the repo fits several forms",
+    )
+    bbox_format: str = setting(
+        "auto",
+        _choice("auto", *BOX_FORMATS),
+        "the boxes of a parquet or COCO dataset: `xywh` (COCO, pixels), `xyxy` (Pascal VOC, "
+        "pixels), `xywhn`, `xyxyn`, `cxcywhn` (normalized); `auto`: the one the values prove",
+    )
+    val_fraction: float = setting(
+        0.1,
+        _fraction,
+        "share of a published dataset's train split held out for validation (seeded) when it "
+        "has no validation split",
+    )
     doctor: bool = setting(
         True, _bool, "check the dataset with `libreyolo doctor` before training; errors stop"
     )

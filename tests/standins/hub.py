@@ -192,6 +192,14 @@ class Snapshot:
             cached = self._sha256[name] = (data, hashlib.sha256(data).hexdigest())
         return cached[1]
 
+    def lfs_info(self, name: str, sha_key: str = "oid") -> dict | None:
+        """An LFS file's ``lfs`` field as the Hub's listings give it (its sha256 under
+        ``sha_key``: ``oid`` in tree and paths-info, ``sha256`` in repo info); None otherwise."""
+        if name not in self.lfs:
+            return None
+        data, sha = self.files[name], self.sha256(name)
+        return {sha_key: sha, "size": len(data), "pointerSize": len(lfs_pointer(data, sha))}
+
     def blob_id(self, name: str) -> str:
         """The git blob id: of the content for a regular file, of the pointer for LFS."""
         data = self.files[name]
@@ -572,6 +580,27 @@ class Hub:
                 elif match := re.match(r"^/api/(datasets|models)/(.+)/paths-info/([^/]+)$", path):
                     key = f"{match.group(1)}/{match.group(2)}"
                     self._paths_info(key, match.group(3), self._body())
+                elif self.command == "GET" and (
+                    match := re.match(
+                        r"^/api/(datasets|models)/([^/]+/[^/]+)(?:/revision/(.+))?$", path
+                    )
+                ):
+                    key, revision = f"{match.group(1)}/{match.group(2)}", match.group(3) or "main"
+                    self._repo_info(key, revision, "blobs=true" in self.path.lower())
+                elif self.command == "GET" and (
+                    match := re.match(
+                        r"^/api/(datasets|models)/([^/]+/[^/]+)/tree/([^/]+)/?(.*)$", path
+                    )
+                ):
+                    key = f"{match.group(1)}/{match.group(2)}"
+                    recursive = "recursive=true" in self.path.lower()
+                    self._tree(key, match.group(3), match.group(4).strip("/"), recursive)
+                elif path == "/api/validate-yaml" and self.command == "POST":
+                    # A dataset card's YAML, checked before push_to_hub commits it
+                    # (huggingface_hub 2.4.0 ``repocard.RepoCard.validate`` reads nothing of a
+                    # 200 answer; a 400 carries the error). Not checked here.
+                    self._body()
+                    self._json(200, {"errors": [], "warnings": []})
                 elif self.command in ("POST", "PUT") and not self._may_write():
                     self._body()
                 elif path == "/api/repos/create":
@@ -608,21 +637,28 @@ class Hub:
                     self._error(401, None, "Invalid credentials in Authorization header")
                 return False
 
+            def _visible(self, repo: "Repo | None", *, listing: bool = False) -> bool:
+                """Whether the caller may see ``repo``, else the Hub's refusal is sent. A gated
+                repo's files are listed to anyone (``listing``); its bytes are not."""
+                if repo is None:
+                    self._error(404 if self.headers.get("Authorization") else 401, "RepoNotFound")
+                    return False
+                access = self._authorized(repo)
+                if access is None:
+                    self._error(401, None, "Invalid credentials in Authorization header")
+                    return False
+                if not access and not (listing and repo.gated):
+                    self._error(
+                        401 if repo.private else 403, "GatedRepo" if repo.gated else "RepoNotFound"
+                    )
+                    return False
+                return True
+
             def _resolve(
                 self, kind: str | None, repo_id: str, revision: str, name: str, fault: Fault | None
             ) -> None:
                 repo = hub.repos.get(f"{kind or 'models'}/{repo_id}")
-                if repo is None:
-                    self._error(404 if self.headers.get("Authorization") else 401, "RepoNotFound")
-                    return
-                access = self._authorized(repo)
-                if access is None:
-                    self._error(401, None, "Invalid credentials in Authorization header")
-                    return
-                if not access:
-                    self._error(
-                        401 if repo.private else 403, "GatedRepo" if repo.gated else "RepoNotFound"
-                    )
+                if not self._visible(repo):
                     return
                 if (found := self._at(repo, revision)) is None:
                     return
@@ -912,12 +948,72 @@ class Hub:
                         continue
                     entry = {"type": "file", "path": name, "size": len(data),
                              "oid": snapshot.blob_id(name)}  # fmt: skip
-                    if name in snapshot.lfs:
-                        sha = snapshot.sha256(name)
-                        entry["lfs"] = {"oid": sha, "size": len(data),
-                                        "pointerSize": len(lfs_pointer(data, sha))}  # fmt: skip
+                    if lfs := snapshot.lfs_info(name, "oid"):
+                        entry["lfs"] = lfs
                     entries.append(entry)
                 self._json(200, entries)
+
+            def _repo_info(self, key: str, revision: str, blobs: bool) -> None:
+                """``GET /api/datasets/REPO/revision/REV`` (``HfApi.dataset_info``): the commit
+                (``sha``) and the files (``siblings``, each ``rfilename``; with ``blobs=true``
+                also ``size``, ``blobId`` and, for LFS files, ``lfs`` with ``sha256``, ``size``
+                and ``pointerSize``: ``hf_api.py::DatasetInfo`` reads these, huggingface_hub
+                2.4.0, 2026-12-05). The real answer carries more (card data, tags, dates),
+                which trainbox does not read."""
+                repo = hub.repos.get(key)
+                if not self._visible(repo, listing=True):
+                    return
+                if (found := self._at(repo, revision)) is None:
+                    return
+                commit, snapshot = found
+                siblings = []
+                for name, data in sorted(snapshot.files.items()):
+                    entry: dict = {"rfilename": name}
+                    if blobs:
+                        entry |= {"size": len(data), "blobId": snapshot.blob_id(name)}
+                        if lfs := snapshot.lfs_info(name, "sha256"):
+                            entry["lfs"] = lfs
+                    siblings.append(entry)
+                self._json(200, {"id": key.split("/", 1)[1], "sha": commit,
+                                 "private": repo.private, "siblings": siblings})  # fmt: skip
+
+            def _tree(self, key: str, revision: str, folder: str, recursive: bool) -> None:
+                """``GET /api/datasets/REPO/tree/REV/PATH`` (``HfApi.list_repo_tree``, which
+                ``HfFileSystem.ls`` uses): the files (``type``, ``path``, ``size``, ``oid``, and
+                ``lfs`` with ``oid`` = sha256) and folders (``type``, ``path``, ``oid``) under
+                PATH; a PATH that is neither is 404 ``EntryNotFound``. One page: the real Hub
+                pages long listings with a ``Link`` header, which the client follows."""
+                repo = hub.repos.get(key)
+                if (
+                    not self._visible(repo, listing=True)
+                    or (found := self._at(repo, revision)) is None
+                ):
+                    return
+                snapshot = found[1]
+                prefix = f"{folder}/" if folder else ""
+                entries, folders = [], set()
+                for name in sorted(snapshot.files):
+                    if not name.startswith(prefix):
+                        continue
+                    rest = name[len(prefix) :]
+                    if "/" in rest and not recursive:
+                        folders.add(prefix + rest.split("/", 1)[0])
+                        continue
+                    if recursive:
+                        parts = rest.split("/")[:-1]
+                        folders |= {prefix + "/".join(parts[: i + 1]) for i in range(len(parts))}
+                    data = snapshot.files[name]
+                    entry = {"type": "file", "path": name, "size": len(data),
+                             "oid": snapshot.blob_id(name)}  # fmt: skip
+                    if lfs := snapshot.lfs_info(name, "oid"):
+                        entry["lfs"] = lfs
+                    entries.append(entry)
+                if folder and not entries and not folders:
+                    self._error(404, "EntryNotFound", headers={"X-Repo-Commit": found[0]})
+                    return
+                tree_id = hashlib.sha1(folder.encode()).hexdigest()
+                dirs = [{"type": "directory", "path": f, "oid": tree_id} for f in sorted(folders)]
+                self._json(200, dirs + entries)
 
             def _preupload(self, key: str, spec: dict) -> None:
                 if key not in hub.repos:

@@ -1,0 +1,244 @@
+"""Stage a dataset as it is published on the Hub (``forms``), converted into what LibreYOLO
+reads (``layout``) while it is fetched.
+
+Files are fetched by the Hub client itself (Xet included), STAGE_PARALLEL at once, into
+``.fetch/`` inside the hidden staging folder; the client remembers there what it fetched, so a
+cut staging fetches a finished file only once. Parquet files are converted one at a time as
+they arrive and deleted (the disk holds the converted copy and the files in flight); a file
+converted is recorded in the staging checkpoint with the counts so far, and a restart skips it.
+Folders (YOLO, COCO, ImageFolder) and a zip are converted once all their files are there.
+"""
+
+import hashlib
+import io
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path, PurePosixPath
+
+from PIL import Image
+
+from entrypoint.dataset import boxes, forms, layout, parquet
+from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.gateways import hub
+from entrypoint.settings.config import Config
+from entrypoint.state import store
+
+log = logging.getLogger("trainbox")
+
+FETCH = ".fetch"
+SAMPLE_ROWS = 500  # rows whose boxes decide the layout (with their images' sizes)
+
+
+@dataclass(frozen=True)
+class Source:
+    """A published dataset at one commit: its form and the files to fetch."""
+
+    repo: str
+    revision: str
+    commit: str
+    form: str
+    shards: tuple[hub.RemoteFile, ...]  # the files to fetch (named as a pack's shards are)
+
+    @property
+    def file(self) -> str:
+        return f"{self.form} files"
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.shards)
+
+    @property
+    def sharded(self) -> bool:
+        return False
+
+    @property
+    def sha256(self) -> str:
+        """One hash over the files' names and hashes: the same files give the same value."""
+        text = "\n".join(f"{f.name} {f.etag} {f.size}" for f in self.shards)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def identity(self) -> dict:
+        return {"repo": self.repo, "file": self.file, "commit": self.commit,
+                "sha256": self.sha256, "size": self.size}  # fmt: skip
+
+
+def source(listing: hub.Listing, form: str, shown: list[str]) -> Source:
+    """What to fetch for ``form``: the parquet files of known splits; every file under a YOLO
+    data.yaml's folder; a COCO folder's JSON and images; an ImageFolder's images; the zip."""
+    files = [f for f in listing.files if not f.name.startswith(".")]
+    if form == "parquet":
+        keep = [f for f in files if f.name.endswith(".parquet")
+                and layout.split_of(parquet.split_of(f.name))]  # fmt: skip
+        if not keep:
+            raise TrainboxError(
+                f"DATASET_REPO={listing.repo}: its parquet files name no train, validation or "
+                f"test split ({forms.few([f.name for f in files if f.name.endswith('.parquet')])})",
+                ExitCode.DATASET,
+            )
+    elif form == "yolo":
+        base = str(PurePosixPath(shown[0]).parent)
+        keep = [f for f in files if base == "." or f.name.startswith(f"{base}/")]
+    elif form == "archive":
+        keep = [f for f in files if f.name in shown]
+    else:  # coco, imagefolder
+        keep = [f for f in files if forms.COCO_JSON.search(f.name) or forms.is_image(f.name)]
+    return Source(listing.repo, listing.revision, listing.commit, form, tuple(keep))
+
+
+def margin(source: Source) -> float:
+    """Disk per fetched byte: a zip is kept until it is extracted beside its files; images
+    re-encoded (EXIF rotation, colour modes) and labels add to the rest."""
+    return 2.15 if source.form == "archive" else 1.15
+
+
+def covered(partial: Path, source: Source) -> int:
+    """The bytes a cut staging of ``source`` already holds (its checkpoint's finished files)."""
+    saved = store.staging_checkpoint(partial)
+    if saved.get("source") != source.identity():
+        return 0
+    done = set(saved.get("done", []))
+    return sum(f.size for f in source.shards if f.name in done)
+
+
+def build(source: Source, partial: Path, cfg: Config, progress: Callable[[int], None]) -> Path:
+    """Fetch and convert ``source`` into ``partial``; return what training reads there (the
+    data.yaml, or the classification folder)."""
+    saved = store.staging_checkpoint(partial)
+    if saved.get("source") != source.identity():
+        shutil.rmtree(partial, ignore_errors=True)
+        saved = {"source": source.identity(), "done": []}
+    partial.mkdir(parents=True, exist_ok=True)
+    store.write_staging_checkpoint(partial, saved)  # from now on a cut keeps what is fetched
+    if source.form == "parquet":
+        found = _parquet(source, partial, saved, cfg, progress)
+    else:
+        fetched = partial / FETCH
+        _fetch_all([f for f in source.shards if f.name not in saved["done"]], fetched, progress,
+                   cfg)  # fmt: skip
+        found = _folder(source, fetched, partial, cfg)
+    shutil.rmtree(partial / FETCH, ignore_errors=True)
+    store.drop_staging_checkpoint(partial)
+    return found
+
+
+def _fetch_all(files: list[hub.RemoteFile], into: Path, progress: Callable[[int], None],
+               cfg: Config) -> None:  # fmt: skip
+    """Fetch ``files``, STAGE_PARALLEL at once (a folder of thousands of small files is not
+    fetched one request at a time); the first failure stops the others."""
+    queue = list(files)
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        while not errors:
+            with lock:
+                if not queue:
+                    return
+                remote = queue.pop(0)
+            try:
+                hub.fetch(remote, into, wait=cfg.hub_wait)
+                progress(remote.size)
+            except BaseException as err:
+                errors.append(err)
+
+    # Daemon threads: a stop signal must not wait for a hung request to time out.
+    workers = [threading.Thread(target=work, daemon=True)
+               for _ in range(min(max(cfg.stage_parallel, 8), len(queue)))]  # fmt: skip
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    if errors:
+        raise errors[0]
+
+
+def _parquet(source: Source, partial: Path, saved: dict, cfg: Config,
+             progress: Callable[[int], None]) -> Path:  # fmt: skip
+    """Each parquet file in turn: fetch, convert, delete, record. The first file tells the
+    columns, the classes and the box layout, kept in the checkpoint for a restart."""
+    files = sorted(source.shards, key=lambda f: f.name)
+    holdout = "val" not in {layout.split_of(parquet.split_of(f.name)) for f in files}
+    writer = _writer(partial, saved, cfg) if saved.get("spec") else None
+    for number, remote in enumerate(files):
+        if remote.name in saved["done"]:
+            continue
+        path = hub.fetch(remote, partial / FETCH, wait=cfg.hub_wait)
+        if writer is None:
+            saved |= _decide(path, remote.name, cfg, holdout)
+            writer = _writer(partial, saved, cfg)
+        split = layout.split_of(parquet.split_of(remote.name)) or "train"
+        spec = parquet.Schema(**saved["spec"])
+        for row, data, target in parquet.rows(path, spec):
+            writer.add(split, f"{number:05d}-{row:07d}", data, target)
+        path.unlink()
+        saved["done"].append(remote.name)
+        saved["tally"] = writer.tally.as_dict()
+        os.sync()  # what the checkpoint says is converted must be on disk first
+        store.write_staging_checkpoint(partial, saved)
+        progress(remote.size)
+    if writer is None:  # every file was converted before a cut, after its last record
+        writer = _writer(partial, saved, cfg)
+    return writer.finish()
+
+
+def _decide(path: Path, name: str, cfg: Config, holdout: bool) -> dict:
+    """From the first file: what its columns mean, the classes, the boxes' layout."""
+    spec = parquet.schema(path, f"{name} in DATASET_REPO")
+    if not spec.names:
+        raise TrainboxError(
+            f"{name}: column {spec.target!r} has no ClassLabel names in the file's features; "
+            "publish it with datasets' ClassLabel (push_to_hub keeps the names)",
+            ExitCode.DATASET,
+        )
+    fmt = "xywh"
+    if spec.task == "detect":
+        decision = boxes.decide(_sample(path, spec), cfg.bbox_format)
+        fmt = decision.format
+        log.info("dataset: %s; boxes read as %s (%s)", spec.describe(), fmt, decision.why)
+    else:
+        log.info("dataset: %s", spec.describe())
+    log.info("dataset: %d classes: %s", len(spec.names), ", ".join(spec.names[:20]))
+    if holdout:
+        log.info("dataset: no validation split; holding out %.0f%% of train (seeded)",
+                 cfg.val_fraction * 100)  # fmt: skip
+    return {"spec": asdict(spec), "layout": fmt, "holdout": cfg.val_fraction if holdout else 0}
+
+
+def _writer(root: Path, saved: dict, cfg: Config) -> layout.Writer:
+    spec = saved["spec"]
+    tally = layout.Tally.load(saved.get("tally", {}))
+    return layout.Writer(root, spec["task"], list(spec["names"]), layout=saved["layout"],
+                         holdout=saved["holdout"], tally=tally)  # fmt: skip
+
+
+def _sample(path: Path, spec: parquet.Schema) -> list[tuple[list[float], int, int]]:
+    """Boxes of the first rows with their images' sizes (read from the headers, upright)."""
+    found = []
+    for row, data, objects in parquet.rows(path, spec):
+        if row >= SAMPLE_ROWS:
+            break
+        size = _size(data)
+        if size:
+            found += [(box, *size) for box, _ in objects]
+    return found
+
+
+def _size(data: bytes | None) -> tuple[int, int] | None:
+    try:
+        image = Image.open(io.BytesIO(data or b""))
+    except (OSError, ValueError):
+        return None
+    turned = image.getexif().get(0x0112, 1) in (5, 6, 7, 8)
+    return (image.height, image.width) if turned else image.size
+
+
+def _folder(source: Source, fetched: Path, root: Path, cfg: Config) -> Path:
+    raise TrainboxError(
+        f"DATASET_REPO={source.repo}: the {source.form} form is found but not converted yet; "
+        "pack it with `trainbox dataset pack`",
+        ExitCode.DATASET,
+    )

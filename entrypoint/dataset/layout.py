@@ -159,9 +159,24 @@ class Writer:
         if not self.tally.images.get("train"):
             raise TrainboxError("the dataset has no train images: nothing to train on",
                                 ExitCode.DATASET)  # fmt: skip
+        if self.task == "classify":
+            self._check_classes()
         if self.tally.bad:
             log.warning("dataset: %d bad image(s) skipped, first: %s", self.tally.bad,
                         self.tally.first_bad)  # fmt: skip
+
+    def _check_classes(self) -> None:
+        """LibreYOLO's class folders: every class in train and in val, or its validation fails
+        at every epoch and no best.pt is written (LibreYOLO 1.6.0, ``_run_classify_validation``)."""
+        for split in ("train", "val"):
+            empty = [name for name in self.folders if not any((self.root / split / name).glob("*"))]
+            if empty:
+                raise TrainboxError(
+                    f"the dataset has no {split} images of class {', '.join(empty[:5])}: "
+                    "LibreYOLO needs every class in train and in val; publish a validation "
+                    "split that has them, or raise VAL_FRACTION",
+                    ExitCode.DATASET,
+                )
 
     def finish(self) -> Path:
         """Check, write the data.yaml (detection), and return what training reads."""

@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 
 from PIL import Image
 
-from entrypoint.dataset import boxes, forms, layout, parquet
+from entrypoint.dataset import boxes, folders, forms, layout, parquet
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.gateways import hub
 from entrypoint.settings.config import Config
@@ -117,9 +117,12 @@ def build(source: Source, partial: Path, cfg: Config, progress: Callable[[int], 
         found = _parquet(source, partial, saved, cfg, progress)
     else:
         fetched = partial / FETCH
-        _fetch_all([f for f in source.shards if f.name not in saved["done"]], fetched, progress,
-                   cfg)  # fmt: skip
-        found = _folder(source, fetched, partial, cfg)
+        _fetch_all(list(source.shards), fetched, progress, cfg)
+        for made in partial.iterdir():  # what a conversion cut midway left
+            if made.name not in (FETCH, store.STAGING_CHECKPOINT):
+                shutil.rmtree(made) if made.is_dir() else made.unlink()
+        found = folders.convert(source.form, fetched, partial, fraction=cfg.val_fraction,
+                                forced_box=cfg.bbox_format)  # fmt: skip
     shutil.rmtree(partial / FETCH, ignore_errors=True)
     store.drop_staging_checkpoint(partial)
     return found
@@ -234,11 +237,3 @@ def _size(data: bytes | None) -> tuple[int, int] | None:
         return None
     turned = image.getexif().get(0x0112, 1) in (5, 6, 7, 8)
     return (image.height, image.width) if turned else image.size
-
-
-def _folder(source: Source, fetched: Path, root: Path, cfg: Config) -> Path:
-    raise TrainboxError(
-        f"DATASET_REPO={source.repo}: the {source.form} form is found but not converted yet; "
-        "pack it with `trainbox dataset pack`",
-        ExitCode.DATASET,
-    )

@@ -2,6 +2,7 @@
 ``push_to_hub`` against the test Hub, and plain folders uploaded as files."""
 
 import io
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -116,3 +117,57 @@ def centres(rows: list[dict]) -> tuple[int, float]:
     """The published boxes' count and the sum of their normalized centres (cx + cy)."""
     boxes = [b for r in rows for b in r["bbox"]]
     return len(boxes), sum((x + w / 2) / W + (y + h / 2) / H for x, y, w, h in boxes)
+
+
+def roboflow_yolo(folder: Path, splits: dict[str, list[dict]]) -> Path:
+    """A YOLO export as Roboflow writes it: ``SPLIT/images``, ``SPLIT/labels`` and a data.yaml
+    whose paths start with ``../`` and whose ``test:`` does not exist."""
+    for split, rows in splits.items():
+        (folder / split / "images").mkdir(parents=True)
+        (folder / split / "labels").mkdir(parents=True)
+        for i, row in enumerate(rows):
+            (folder / split / "images" / f"im{i:03d}.png").write_bytes(row["image"])
+            pairs = zip(row["bbox"], row["category"], strict=True)
+            lines = [f"{c} {(x + w / 2) / W:.6f} {(y + h / 2) / H:.6f} {w / W:.6f} {h / H:.6f}"
+                     for (x, y, w, h), c in pairs]  # fmt: skip
+            (folder / split / "labels" / f"im{i:03d}.txt").write_text("\n".join(lines) + "\n")
+    (folder / "data.yaml").write_text(
+        "train: ../train/images\nval: ../valid/images\ntest: ../test/images\n\n"
+        f"nc: {len(NAMES)}\nnames: {NAMES}\n"
+    )
+    return folder
+
+
+def coco_folder(folder: Path, splits: dict[str, list[dict]], ids: list[int]) -> Path:
+    """A COCO folder: ``annotations/instances_SPLIT.json`` and ``images/SPLIT/``; category
+    ``ids`` (from 1, not contiguous) listed in NAMES' order."""
+    (folder / "annotations").mkdir(parents=True)
+    categories = [{"id": i, "name": n, "supercategory": "thing"} for i, n in zip(ids, NAMES,
+                  strict=True)]  # fmt: skip
+    for split, rows in splits.items():
+        (folder / "images" / split).mkdir(parents=True)
+        document: dict = {"images": [], "annotations": [], "categories": categories}
+        for i, row in enumerate(rows):
+            (folder / "images" / split / f"{i:06d}.png").write_bytes(row["image"])
+            document["images"].append({"id": 100 + i, "file_name": f"{i:06d}.png",
+                                       "width": W, "height": H})  # fmt: skip
+            for box, c in zip(row["bbox"], row["category"], strict=True):
+                document["annotations"].append({
+                    "id": len(document["annotations"]) + 1, "image_id": 100 + i,
+                    "category_id": ids[c], "bbox": box, "area": box[2] * box[3], "iscrowd": 0,
+                })  # fmt: skip
+        (folder / "annotations" / f"instances_{split}.json").write_text(json.dumps(document))
+    return folder
+
+
+def upload_folder(hub: Hub, repo: str, folder: Path) -> None:
+    """The folder uploaded as files by the Hub client's own ``upload_folder``."""
+    _push(hub, _upload, repo, str(folder))
+
+
+def _upload(repo: str, folder: str) -> None:
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    api.create_repo(repo, repo_type="dataset", exist_ok=True)
+    api.upload_folder(repo_id=repo, repo_type="dataset", folder_path=folder)

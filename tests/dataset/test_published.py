@@ -21,10 +21,13 @@ from tests.dataset.conftest import env_for
 from tests.dataset.published import (
     NAMES,
     centres,
+    coco_folder,
     detections,
     picture,
     push_classification,
     push_detection,
+    roboflow_yolo,
+    upload_folder,
     yolo_labels,
 )  # fmt: skip
 from tests.standins.hub import Fault, Hub
@@ -179,6 +182,85 @@ def test_a_class_id_outside_the_names_is_one_line_exit_3(hub: Hub, tmp_path: Pat
     assert result.returncode == ExitCode.DATASET, result.stderr[-3000:]
     assert "class id 7 is not one of the dataset's 3 classes" in error_line(result)
     assert list((tmp_path / "ws" / "data").iterdir()) == []
+
+
+def _check_labels(data_yaml: Path, splits: dict[str, list[dict]]) -> None:
+    """The labels LibreYOLO will read (found by swapping /images/ for /labels/) against the
+    published boxes: count, classes, the sum of normalized centres."""
+    spec = yaml.safe_load(data_yaml.read_text())
+    assert spec["names"] == NAMES
+    base = Path(spec["path"])
+    for split, rows in splits.items():
+        folder = base / spec[split]
+        labels = sorted(folder.rglob("*.txt")) if folder.is_dir() else []
+        if not folder.is_dir():  # a list of images
+            pictures = [base / line for line in folder.read_text().split()]
+            labels = [Path(str(p).replace("/images/", "/labels/")).with_suffix(".txt")
+                      for p in pictures]  # fmt: skip
+        else:
+            labels = [Path(str(p).replace("/images/", "/labels/")).with_suffix(".txt")
+                      for p in sorted(folder.rglob("*.png"))]  # fmt: skip
+        lines = [
+            [float(v) for v in line.split()] for p in labels for line in p.read_text().splitlines()
+        ]
+        count, total = centres(rows)
+        assert len(lines) == count, split
+        assert sum(x + y for _, x, y, _, _ in lines) == pytest.approx(total, abs=1e-3)
+        assert sorted(int(line[0]) for line in lines) == sorted(
+            c for r in rows for c in r["category"]
+        )
+
+
+def test_a_roboflow_yolo_folder_uploaded_as_files_is_mended_and_kept(
+    hub: Hub, tmp_path: Path
+) -> None:
+    splits = {"train": detections(8, 7), "valid": detections(3, 8)}
+    upload_folder(hub, "org/rf", roboflow_yolo(tmp_path / "export", splits))
+    result = stage(hub, tmp_path / "ws", "org/rf")
+    assert result.returncode == 0, result.stderr[-3000:]
+    data_yaml = Path(result.stdout.strip())
+    spec = yaml.safe_load(data_yaml.read_text())
+    assert (spec["train"], spec["val"]) == ("train/images", "valid/images") and "test" not in spec
+    assert "'../test/images' is not in the dataset; left out" in result.stderr
+    _check_labels(data_yaml, {"train": splits["train"], "val": splits["valid"]})
+
+
+def test_a_roboflow_zip_is_extracted_and_trained_from(hub: Hub, tmp_path: Path) -> None:
+    import shutil
+
+    splits = {"train": detections(8, 9), "valid": detections(3, 10)}
+    export = roboflow_yolo(tmp_path / "export", splits)
+    (tmp_path / "up").mkdir()
+    shutil.make_archive(str(tmp_path / "up" / "shapes.v1i.yolov8"), "zip", export)
+    upload_folder(hub, "org/zipped", tmp_path / "up")
+    result = stage(hub, tmp_path / "ws", "org/zipped")
+    assert result.returncode == 0, result.stderr[-3000:]
+    _check_labels(Path(result.stdout.strip()), {"train": splits["train"], "val": splits["valid"]})
+    assert not list((tmp_path / "ws" / "data" / "zipped").rglob("*.zip"))
+
+
+def test_a_coco_folder_with_ids_from_1_becomes_yolo_labels(hub: Hub, tmp_path: Path) -> None:
+    splits = {"train": detections(8, 11), "val": detections(3, 12)}
+    upload_folder(hub, "org/coco", coco_folder(tmp_path / "coco", splits, ids=[1, 3, 7]))
+    result = stage(hub, tmp_path / "ws", "org/coco")
+    assert result.returncode == 0, result.stderr[-3000:]
+    _check_labels(Path(result.stdout.strip()), splits)
+
+
+def test_an_imagefolder_becomes_class_folders(hub: Hub, tmp_path: Path) -> None:
+    for split, count in (("train", 2), ("validation", 1)):
+        for name in NAMES:
+            folder = tmp_path / "folder" / split / name
+            folder.mkdir(parents=True)
+            for i in range(count):
+                (folder / f"{i}.jpg").write_bytes(picture(i, fmt="JPEG"))
+    upload_folder(hub, "org/folder", tmp_path / "folder")
+    result = stage(hub, tmp_path / "ws", "org/folder")
+    assert result.returncode == 0, result.stderr[-3000:]
+    root = Path(result.stdout.strip())
+    assert {p.name: len(list(p.iterdir())) for p in (root / "val").iterdir()} == dict.fromkeys(
+        NAMES, 1
+    )  # fmt: skip
 
 
 # What the repo's file list says.

@@ -1,0 +1,213 @@
+"""Datasets published as folders of files, fetched into ``.fetch/``, made into what LibreYOLO
+reads: a YOLO folder (its ``data.yaml`` mended), a COCO folder (its JSON made into YOLO labels),
+an ImageFolder (class folders), or a zip of one of these (a Roboflow export).
+
+Roboflow's exports (read 2026-12-05 in exports people publish): ``train/ valid/ test/``, each
+with ``images/`` and ``labels/`` (YOLO) or the images and ``_annotations.coco.json`` (COCO); the
+YOLO ``data.yaml`` says ``train: ../train/images``, a path that is wrong from the yaml's own
+folder, and often a ``test:`` that does not exist; the COCO categories start with a placeholder
+named after the project, which no box uses and whose name is every other's supercategory.
+"""
+
+import json
+import logging
+import os
+import shutil
+import zipfile
+from pathlib import Path, PurePosixPath
+
+import yaml
+
+from entrypoint.atomic import write_atomic
+from entrypoint.dataset import forms, layout
+from entrypoint.errors import ExitCode, TrainboxError
+
+log = logging.getLogger("trainbox")
+
+
+def convert(form: str, fetched: Path, root: Path, *, fraction: float, forced_box: str) -> Path:
+    """Make the files in ``fetched`` (as published) into ``root``; return what training reads."""
+    if form == "archive":
+        form, fetched = _unzip(fetched)
+    if form == "yolo":
+        return _yolo(fetched, root, fraction)
+    if form == "coco":
+        return _coco(fetched, root, fraction, forced_box)
+    if form == "imagefolder":
+        return _imagefolder(fetched, root, fraction)
+    raise TrainboxError(f"a {form} dataset cannot be converted", ExitCode.DATASET)
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
+                  if p.is_file() and ".cache" not in p.relative_to(folder).parts)  # fmt: skip
+
+
+def _unzip(fetched: Path) -> tuple[str, Path]:
+    """Extract the one zip, refusing members that leave the folder, and links; the form of
+    what it holds."""
+    [archive] = [p for p in fetched.rglob("*.zip") if ".cache" not in p.parts]
+    out = fetched / "unzipped"
+    with zipfile.ZipFile(archive) as zipped:
+        declared = sum(info.file_size for info in zipped.infolist())
+        free = shutil.disk_usage(fetched).free
+        if declared > free:
+            raise TrainboxError(
+                f"{archive.name} declares {declared / 1e9:.2f} GB of files and {free / 1e9:.2f} "
+                "GB is free; give the volume more space",
+                ExitCode.DISK,
+            )
+        for info in zipped.infolist():
+            name = PurePosixPath(info.filename)
+            link = (info.external_attr >> 16) & 0o170000 == 0o120000
+            if name.is_absolute() or ".." in name.parts or link:
+                raise TrainboxError(
+                    f"{archive.name}: member {info.filename!r} "
+                    f"{'is a link' if link else 'leaves its folder'}; export the dataset again",
+                    ExitCode.DATASET,
+                )
+        zipped.extractall(out)
+    archive.unlink()  # the zip's room goes back as soon as its files are out
+    found = forms.found("", _files(out))
+    inner = [form for form in ("yolo", "coco", "imagefolder") if form in found]
+    if not inner:
+        raise TrainboxError(
+            f"{archive.name} holds no YOLO, COCO or ImageFolder dataset ({forms.few(_files(out))})",
+            ExitCode.DATASET,
+        )
+    return inner[0], out
+
+
+def _yolo(fetched: Path, root: Path, fraction: float) -> Path:
+    """Keep the files as published; write a data.yaml that points at them."""
+    [found] = sorted((p for p in fetched.rglob("data.y*ml") if ".cache" not in p.parts),
+                     key=lambda p: len(p.parts))[:1]  # fmt: skip
+    spec = yaml.safe_load(found.read_text()) or {}
+    if not isinstance(spec, dict) or "names" not in spec:
+        raise TrainboxError(f"{found.name}: not a YOLO data.yaml (no names)", ExitCode.DATASET)
+    base = root / "files"
+    shutil.move(found.parent, base)
+    shutil.rmtree(base / ".cache", ignore_errors=True)  # the Hub client's notes, if moved along
+    mended: dict = {"path": str(base)}
+    for split in ("train", "val", "test"):
+        entry = spec.get(split)
+        where = _place(base, entry) if isinstance(entry, str) else None
+        if where is None:
+            if split == "train":
+                raise TrainboxError(
+                    f"{found.name}: train: {entry!r} is not in the dataset", ExitCode.DATASET
+                )
+            if entry is not None:
+                log.warning("dataset: %s: %r is not in the dataset; left out", split, entry)
+            continue
+        mended[split] = str(where.relative_to(base))
+    if "val" not in mended:
+        mended |= _hold_out(base, mended["train"], fraction)
+    mended |= {k: v for k, v in spec.items() if k not in ("path", "train", "val", "test")}
+    write_atomic(base / "data.yaml", yaml.safe_dump(mended, sort_keys=False))
+    return base / "data.yaml"
+
+
+def _place(base: Path, entry: str) -> Path | None:
+    """Where a data.yaml's split entry is: as written, else without its leading ``../``
+    (Roboflow's ``../train/images`` means ``train/images`` beside the yaml)."""
+    for candidate in (base / entry, base / entry.removeprefix("../")):
+        resolved = candidate.resolve()
+        if (resolved == base.resolve() or base.resolve() in resolved.parents) and resolved.exists():
+            return resolved
+    return None
+
+
+def _hold_out(base: Path, train: str, fraction: float) -> dict:
+    """No validation split: lists of train images, each held out by ``layout.held_out``."""
+    pictures = sorted(p for p in (base / train).rglob("*") if forms.is_image(p.name))
+    held = [p for p in pictures if layout.held_out(str(p.relative_to(base)), fraction)]
+    kept = [p for p in pictures if p not in set(held)]
+    for name, chosen in (("train.txt", kept), ("val.txt", held)):
+        # relative to the list's folder, where LibreYOLO resolves them: the copy moves after
+        write_atomic(base / name, "".join(f"./{p.relative_to(base)}\n" for p in chosen))
+    log.info("dataset: no validation split; holding out %d of %d train images (seeded)",
+             len(held), len(pictures))  # fmt: skip
+    return {"train": "train.txt", "val": "val.txt"}
+
+
+def _coco(fetched: Path, root: Path, fraction: float, forced_box: str) -> Path:
+    """Each COCO JSON's images and boxes, as YOLO labels (COCO boxes are [x, y, w, h] in
+    pixels, unless BBOX_FORMAT says otherwise); classes in the categories' listed order."""
+    files = [p for p in sorted(fetched.rglob("*.json"))
+             if ".cache" not in p.parts and forms.COCO_JSON.search(p.name)]  # fmt: skip
+    documents = [(path, json.loads(path.read_text())) for path in files]
+    names, ids = _categories(documents)
+    splits = {_split(path) for path, _ in documents}
+    writer = layout.Writer(root, "detect", names,
+                           layout="xywh" if forced_box == "auto" else forced_box,
+                           holdout=0.0 if "val" in splits else fraction)  # fmt: skip
+    for path, document in documents:
+        split = _split(path)
+        boxes: dict[int, list] = {}
+        for note in document.get("annotations", []):
+            if note.get("iscrowd") or "bbox" not in note:
+                continue
+            boxes.setdefault(note["image_id"], []).append(
+                (note["bbox"], ids.get(note.get("category_id"), -1)))  # fmt: skip
+        for number, image in enumerate(document.get("images", [])):
+            picture = _image(path, split, image.get("file_name", ""))
+            data = picture.read_bytes() if picture else None
+            key = f"{split}-{number:07d}"
+            writer.add(split, key, data, boxes.get(image.get("id"), []))
+    return writer.finish()
+
+
+def _categories(documents: list[tuple[Path, dict]]) -> tuple[list[str], dict[int, int]]:
+    """The class names in the categories' listed order, and category id -> class id; a
+    Roboflow placeholder (used by no box, named as the others' supercategory) is dropped."""
+    listed: dict[int, str] = {}
+    for _, document in documents:
+        for category in document.get("categories", []):
+            listed.setdefault(category["id"], str(category["name"]))
+    used = {n.get("category_id") for _, d in documents for n in d.get("annotations", [])}
+    supers = {str(c.get("supercategory")) for _, d in documents for c in d.get("categories", [])}
+    kept = [cid for cid, name in listed.items() if cid in used or name not in supers]
+    if dropped := [listed[cid] for cid in listed if cid not in kept]:
+        log.info("dataset: category %s dropped (no box uses it; Roboflow's placeholder)",
+                 ", ".join(dropped))  # fmt: skip
+    return [listed[cid] for cid in kept], {cid: index for index, cid in enumerate(kept)}
+
+
+def _split(path: Path) -> str:
+    """A COCO JSON's split: ``instances_val2017.json``, or Roboflow's ``valid/_annotations...``."""
+    stem = path.stem.removeprefix("instances_").rstrip("0123456789")
+    for name in (stem, path.parent.name):
+        if split := layout.split_of(name):
+            return split
+    return "train"
+
+
+def _image(json_path: Path, split: str, name: str) -> Path | None:
+    """An image a COCO JSON names: beside it (Roboflow), or under ``images/SPLIT`` (COCO)."""
+    relative = PurePosixPath(name)
+    if relative.is_absolute() or ".." in relative.parts:
+        return None  # counted as a bad image: the name leaves the dataset
+    base, images = json_path.parent, json_path.parent.parent / "images"
+    # beside it; images/SPLIT (or images/val2017); images/; the folder above
+    for folder in (base, images / split, *sorted(images.glob(f"{split}*")), images, base.parent):
+        if (folder / relative).is_file():
+            return folder / relative
+        if (folder / relative.name).is_file():
+            return folder / relative.name
+    return None
+
+
+def _imagefolder(fetched: Path, root: Path, fraction: float) -> Path:
+    """``SPLIT/CLASS/IMAGE`` as LibreYOLO's class folders; classes in sorted order (how
+    LibreYOLO numbers folders)."""
+    pictures = [p for p in sorted(fetched.rglob("*"))
+                if p.is_file() and forms.is_image(p.name) and ".cache" not in p.parts]  # fmt: skip
+    names = sorted({p.parent.name for p in pictures})
+    splits = {layout.split_of(p.parent.parent.name) for p in pictures}
+    writer = layout.Writer(root, "classify", names, holdout=0.0 if "val" in splits else fraction)
+    for number, picture in enumerate(pictures):
+        split = layout.split_of(picture.parent.parent.name) or "train"
+        writer.add(split, f"{number:07d}", picture.read_bytes(), names.index(picture.parent.name))
+        os.unlink(picture)  # the converted copy replaces it: the volume never holds both
+    return writer.finish()

@@ -124,6 +124,27 @@ def pack(
     click.echo(f"DATASET_REPO={repo}\nDATASET_FILE={name}")
 
 
+@dataset_group.command("inspect")
+@click.argument("repo")
+@click.option("--revision", default="main", show_default=True, help="[DATASET_REVISION]")
+@click.option("--format", "form", default=None, help="[DATASET_FORMAT]")
+@click.option("--bbox-format", default=None, help="[BBOX_FORMAT]")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+def inspect_dataset(
+    repo: str, revision: str, form: str | None, bbox_format: str | None, as_json: bool
+) -> None:
+    """What staging REPO would find, before renting: its form, splits, image and box counts,
+    classes, the box layout decided and why, the bytes to fetch and the disk the converted
+    copy needs. Reads the file list and parquet footers; writes nothing."""
+    from entrypoint.dataset import inspection
+
+    given = {"DATASET_REPO": repo, "DATASET_REVISION": revision, "DATASET_FILE": "",
+             **({"DATASET_FORMAT": form} if form else {}),
+             **({"BBOX_FORMAT": bbox_format} if bbox_format else {})}  # fmt: skip
+    report = inspection.inspect(config.load({**os.environ, **given}))
+    click.echo(json.dumps(report, indent=2) if as_json else "\n".join(inspection.lines(report)))
+
+
 @dataset_group.command("stage")
 def stage_dataset() -> None:
     """Stage the configured dataset on the volume without training, and print its data.yaml."""
@@ -183,12 +204,12 @@ def plan_disk(
     their index; nothing else downloaded), twice while a new commit stages, the checkpoints the
     run keeps, the start weights, a teacher and the exports, and a 30% margin, with the
     arithmetic shown."""
-    from entrypoint.dataset import shards
+    from entrypoint.dataset import published, stage
     from entrypoint.training import export, outputs
 
-    cfg = config.load({**os.environ, "DATASET_REPO": dataset_repo,
-                       **({"MODEL": model} if model else {})})  # fmt: skip
-    source = shards.resolve(dataset_repo, name, revision)
+    given = {"DATASET_REPO": dataset_repo, "DATASET_FILE": name, "DATASET_REVISION": revision}
+    cfg = config.load({**os.environ, **given, **({"MODEL": model} if model else {})})
+    source = stage.resolve(cfg, wait=cfg.hub_wait)
     checkpoint = int(checkpoint_mb * 1e6) if checkpoint_mb else outputs.checkpoint_bytes(cfg.model)
     lines, _ = plan.disk(
         source.file,
@@ -200,6 +221,7 @@ def plan_disk(
         start_weights=int(start_mb * 1e6) if start_mb is not None else plan.start_bytes(cfg),
         teacher=int(teacher_mb * 1e6) if teacher_mb is not None else plan.teacher_bytes(cfg),
         exports=exports if exports is not None else len(export.formats(cfg)),
+        zipped=isinstance(source, published.Source) and source.form == "archive",
     )
     click.echo("\n".join(lines))
 

@@ -29,19 +29,28 @@ def disk(
     start_weights: int = 0,
     teacher: int = 0,
     exports: int = 0,
+    zipped: bool = False,
 ) -> tuple[list[str], int]:
     """The lines that show the sum, and the whole GB to allocate: everything a run writes on
-    the volume. ``tars``: how many tars ``tar_name`` stands for (a shard index's shards);
-    ``start_weights``, ``teacher``: their files' bytes; ``exports``: how many EXPORT formats."""
+    the volume. ``tars``: how many tars ``tar_name`` stands for (a shard index's shards, a
+    published dataset's files); ``start_weights``, ``teacher``: their files' bytes;
+    ``exports``: how many EXPORT formats; ``zipped``: the dataset is a zip, kept on the volume
+    until its files are out."""
     run = outputs.Outputs(checkpoint, epochs, save_period, exports)
-    parts = [tar_bytes, tar_bytes, run.checkpoints, start_weights, teacher, run.exported]
+    held = tar_bytes if zipped else 0
+    parts = [tar_bytes, held, tar_bytes, run.checkpoints, start_weights, teacher, run.exported]
     subtotal = sum(parts) + XET_SHARD_CACHE + XET_LOGS
     total = subtotal * MARGIN
     allocate = math.ceil(total / GB)
     lines = [
         f"dataset      {tar_name}: {tar_bytes / GB:.3f} GB"
-        + (f" in {tars} shards" if tars > 1 else "")
+        + (f" in {tars} {'shards' if tar_name.endswith('.json') else 'files'}" if tars > 1 else "")
         + f", extracted as it streams (no tar is stored): {tar_bytes / GB:.3f} GB",
+        *(
+            [f"zip          {held / GB:.3f} GB: the zip stays until its files are out"]
+            if held
+            else []
+        ),
         f"new commit   {tar_bytes / GB:.3f} GB: a new commit of the dataset stages beside the "
         "old copy, which goes once the new one is complete",
         f"checkpoints  {checkpoint / GB:.3f} GB each x {run.kept} (best, last, {run.snapshots} "

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from entrypoint.errors import ExitCode, TrainboxError
 
@@ -92,7 +92,7 @@ def _struct_fields(arrow_type: Any) -> dict[str, Any]:
     return {}
 
 
-def schema(path: Path, where: str) -> Schema:
+def schema(path: Path | IO[bytes], where: str) -> Schema:
     """What ``path``'s columns mean; exit 3 with what was found when it is not a detection or
     classification dataset."""
     import pyarrow.parquet as pq
@@ -149,7 +149,7 @@ def _objects(value: Any, spec: Schema) -> list[tuple[list[float], Any]]:
     return [(list(box), cls) for box, cls in found if box is not None]
 
 
-def rows(path: Path, spec: Schema) -> Iterator[tuple[int, bytes | None, Any]]:
+def rows(path: Path | IO[bytes], spec: Schema) -> Iterator[tuple[int, bytes | None, Any]]:
     """Each row's number, image bytes and target (the objects, or the class id), a batch of
     rows in memory at a time."""
     import pyarrow.parquet as pq
@@ -165,8 +165,14 @@ def rows(path: Path, spec: Schema) -> Iterator[tuple[int, bytes | None, Any]]:
                 number += 1
 
 
-def count(path: Path) -> int:
-    """The rows of a parquet file, from its footer."""
+def counts(path: Path | IO[bytes], spec: Schema) -> tuple[int, int]:
+    """The rows of a parquet file and their boxes, reading the objects column only."""
     import pyarrow.parquet as pq
 
-    return pq.ParquetFile(path).metadata.num_rows
+    table = pq.ParquetFile(path)
+    if spec.task != "detect":
+        return table.metadata.num_rows, 0
+    found = 0
+    for batch in table.iter_batches(batch_size=4096, columns=[spec.target]):
+        found += sum(len(_objects(value, spec)) for value in batch.column(0).to_pylist())
+    return table.metadata.num_rows, found

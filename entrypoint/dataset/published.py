@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
+from typing import IO
 
 from PIL import Image
 
@@ -199,7 +200,7 @@ def _decide(path: Path, name: str, cfg: Config, holdout: bool) -> dict:
         )
     fmt = "xywh"
     if spec.task == "detect":
-        decision = boxes.decide(_sample(path, spec), cfg.bbox_format)
+        decision = boxes.decide(sample(path, spec), cfg.bbox_format)
         fmt = decision.format
         log.info("dataset: %s; boxes read as %s (%s)", spec.describe(), fmt, decision.why)
     else:
@@ -218,7 +219,7 @@ def _writer(root: Path, saved: dict, cfg: Config) -> layout.Writer:
                          holdout=saved["holdout"], tally=tally)  # fmt: skip
 
 
-def _sample(path: Path, spec: parquet.Schema) -> list[tuple[list[float], int, int]]:
+def sample(path: Path | IO[bytes], spec: parquet.Schema) -> list[tuple[list[float], int, int]]:
     """Boxes of the first rows with their images' sizes (read from the headers, upright)."""
     found = []
     for row, data, objects in parquet.rows(path, spec):

@@ -77,7 +77,7 @@ def pending(cfg: Config) -> Source | None:
     staged = bool(marker) and same and cfg.dataset_file in ("", marker.get("file"))
     try:
         # With a staged copy, don't wait on retries: it can be trained on as it is.
-        source = _resolve(cfg, wait=0 if staged else cfg.hub_wait)
+        source = resolve(cfg, wait=0 if staged else cfg.hub_wait)
     except hub.Unreachable as err:
         if not staged:
             raise
@@ -90,7 +90,7 @@ def pending(cfg: Config) -> Source | None:
     return source
 
 
-def _resolve(cfg: Config, *, wait: float) -> Source:
+def resolve(cfg: Config, *, wait: float) -> Source:
     """DATASET_FILE's tar or index; else the form one listing of the repo shows (a pack's
     own files, pinned to the listing's commit, or a dataset as published)."""
     repo, revision = cfg.dataset_repo, cfg.dataset_revision

@@ -35,7 +35,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from entrypoint import __version__
 from entrypoint.errors import ExitCode, TrainboxError
@@ -456,6 +456,20 @@ def fetch(remote: RemoteFile, into: Path, *, wait: float = WAIT) -> Path:
         )  # fmt: skip
 
     return call(download, f"download {remote.name}", target, wait=wait)
+
+
+def read_remote(remote: RemoteFile, reader: Callable[[IO[bytes]], T], *, wait: float = WAIT) -> T:
+    """``reader``'s answer on a file of a listing, opened at its commit and fetched by ranges
+    as it is read (the Hub client's ``HfFileSystem``): a parquet footer costs a request or two,
+    not the file. The Hub's errors while it reads are this gateway's."""
+    target = Target("DATASET_REPO", remote.repo, remote.name, remote.revision)
+
+    def read() -> T:
+        files = _hf().HfFileSystem(token=token())
+        with files.open(f"datasets/{remote.repo}@{remote.commit}/{remote.name}", "rb") as handle:
+            return reader(handle)
+
+    return call(read, f"read {remote.name}", target, wait=wait)
 
 
 def _open(url: str, offset: int) -> http.client.HTTPResponse:

@@ -374,3 +374,30 @@ def test_a_parquet_file_without_an_image_column_is_one_line(tmp_path: Path) -> N
     pq.write_table(pa.table({"text": ["a"], "score": [1]}), tmp_path / "t.parquet")
     with pytest.raises(TrainboxError, match="no image column among text, score"):
         parquet.schema(tmp_path / "t.parquet", "t.parquet")
+
+
+def test_inspect_tells_the_form_counts_classes_and_boxes_before_renting(
+    hub: Hub, tmp_path: Path
+) -> None:
+    train, validation = detections(20, 13), detections(4, 14)
+    push_detection(hub, DET, {"train": train, "validation": validation})
+    env = env_for(hub, tmp_path / "ws", DATASET_REPO="")
+    command = [sys.executable, "-m", "entrypoint", "dataset", "inspect", DET, "--json"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert (report["form"], report["task"], report["classes"]) == ("parquet", "detect", NAMES)
+    assert report["splits"] == {
+        "train": {"images": 20, "boxes": centres(train)[0]},
+        "val": {"images": 4, "boxes": centres(validation)[0]},
+    }
+    assert report["box_format"] == "xywh" and "xyxy puts" in report["box_evidence"]
+    parquet_bytes = sum(len(d) for n, d in hub.repos[f"datasets/{DET}"].files.items()
+                        if n.endswith(".parquet"))  # fmt: skip
+    assert report["bytes"] == parquet_bytes and report["disk"] > parquet_bytes
+    assert not (tmp_path / "ws" / "data").exists()  # nothing written
+    planned = subprocess.run([sys.executable, "-m", "entrypoint", "plan", "disk",
+                              "--dataset-repo", DET, "--checkpoint-mb", "10", "--start-mb", "0"],
+                             env=env, capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    assert f"dataset      parquet files: {parquet_bytes / 1e9:.3f} GB in 2 files" in planned.stdout

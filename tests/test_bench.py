@@ -83,3 +83,12 @@ def test_the_cold_start_proxy_caps_each_connection() -> None:
     size, rate = 8 << 20, 16e6  # 0.52 s per connection at the cap
     _, seconds = cold_start.streams(rate, size)
     assert len(seconds) == 2 and min(seconds) >= 0.9 * size / rate
+
+
+def test_published_bench_times_parquet_against_the_tar_and_their_memory() -> None:
+    printed = bench("published.py", "--images", "40", "--rounds", "1", "--rate", "50",
+                    timeout=300)  # fmt: skip
+    assert "40 JPEG images" in printed and "as 1 parquet file(s)" in printed
+    for name in ("parquet", "tar"):
+        assert any(line.startswith(name) and "peak RSS" in line for line in printed.splitlines())
+    assert "the tar's time (goal: at most 1.3x)" in printed

@@ -107,3 +107,44 @@ def test_not_enough_disk_stops_before_downloading(image: str, hub: Hub, tmp_path
     assert "not enough space on /workspace for the whole run: it will still write" in line
     assert "(dataset 0.01 GB, " in line  # 8 MB of tar and 15%, with what training writes
     assert hub.downloads("big.tar") == []
+
+
+@pytest.mark.parametrize("published", ["parquet", "roboflow zip"])
+def test_a_dataset_as_published_on_the_hub_trains(
+    image: str, volume: str, hub: Hub, tmp_path: Path, published: str
+) -> None:
+    """DATASET_REPO alone: what ``datasets``' push_to_hub wrote (detection, a ``validation``
+    split), or a Roboflow YOLO export zipped and uploaded as a file; the labels LibreYOLO reads
+    are the published boxes."""
+    import shutil
+
+    from tests.dataset.published import (
+        NAMES,
+        centres,
+        detections,
+        push_detection,
+        roboflow_yolo,
+        upload_folder,
+    )  # fmt: skip
+
+    splits = {"train": detections(16, 21), "validation": detections(4, 22)}
+    if published == "parquet":
+        push_detection(hub, "org/det", splits)
+    else:
+        export = roboflow_yolo(tmp_path / "export", {"train": splits["train"],
+                                                     "valid": splits["validation"]})  # fmt: skip
+        (tmp_path / "up").mkdir()
+        shutil.make_archive(str(tmp_path / "up" / "det.v1i.yolov8"), "zip", export)
+        upload_folder(hub, "org/det", tmp_path / "up")
+    result = run_container(image, volume, env=hub_env(hub, DATASET_REPO="org/det"))
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert "doctor: the dataset is healthy" in result.stderr
+    assert "epoch 1/1 done" in result.stdout
+    lines = in_volume(image, volume, "sh", "-c", "cat $(find /workspace/data/det -path "
+                      "'*/labels/*' -name '*.txt')").split("\n")  # fmt: skip
+    boxes = [[float(v) for v in line.split()] for line in lines if line.strip()]
+    count, total = centres(splits["train"] + splits["validation"])
+    assert len(boxes) == count
+    assert sum(b[1] + b[2] for b in boxes) == pytest.approx(total, abs=1e-3)
+    names = in_volume(image, volume, "sh", "-c", "cat $(find /workspace/data/det -name data.yaml)")
+    assert f"names:\n- {NAMES[0]}\n- {NAMES[1]}\n- {NAMES[2]}" in names

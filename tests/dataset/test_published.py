@@ -184,6 +184,24 @@ def test_a_class_id_outside_the_names_is_one_line_exit_3(hub: Hub, tmp_path: Pat
     assert list((tmp_path / "ws" / "data").iterdir()) == []
 
 
+def test_the_hubs_parquet_conversion_branch_stages(hub: Hub, tmp_path: Path) -> None:
+    """``refs/convert/parquet``: the dataset viewer's copy, ``CONFIG/SPLIT/NNNN.parquet``."""
+    train, validation = detections(6, 15), detections(3, 16)
+    push_detection(hub, DET, {"train": train, "validation": validation})
+    files = hub.repos[f"datasets/{DET}"].files
+    hub.branch(DET, "refs/convert/parquet", {
+        "default/train/0000.parquet": files["data/train-00000-of-00001.parquet"],
+        "default/validation/0000.parquet": files["data/validation-00000-of-00001.parquet"],
+    })  # fmt: skip
+    hub.add(DET, {"README.md": b"main moved on"}, lfs=set())
+    result = stage(hub, tmp_path / "ws", DET, DATASET_REVISION="refs/convert/parquet")
+    assert result.returncode == 0, result.stderr[-3000:]
+    _check_labels(Path(result.stdout.strip()), {"train": train, "val": validation})
+    marker = json.loads((tmp_path / "ws/data/det/.trainbox-dataset.json").read_text())
+    assert marker["revision"] == "refs/convert/parquet"
+    assert marker["commit"] == hub.repos[f"datasets/{DET}"].branches["refs/convert/parquet"]
+
+
 def _check_labels(data_yaml: Path, splits: dict[str, list[dict]]) -> None:
     """The labels LibreYOLO will read (found by swapping /images/ for /labels/) against the
     published boxes: count, classes, the sum of normalized centres."""

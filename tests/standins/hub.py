@@ -216,6 +216,7 @@ class Repo:
     gated: bool = False
     commits: list[str] = field(default_factory=list)  # oldest first; the last is ``main``
     snapshots: dict[str, Snapshot] = field(default_factory=dict)  # by commit
+    branches: dict[str, str] = field(default_factory=dict)  # other refs -> their commit
 
     @property
     def files(self) -> dict[str, bytes]:
@@ -230,7 +231,7 @@ class Repo:
         """The commit and snapshot that ``revision`` (``main`` or a commit sha) names."""
         if not self.commits:
             return None
-        commit = self.commits[-1] if revision == "main" else revision
+        commit = self.commits[-1] if revision == "main" else self.branches.get(revision, revision)
         snapshot = self.snapshots.get(commit)
         return (commit, snapshot) if snapshot is not None else None
 
@@ -411,6 +412,18 @@ class Hub:
         with self._lock:
             repo = self.repos.setdefault(f"{kind}/{repo_id}", Repo(private=private, gated=gated))
             return repo.commit(files, lfs)
+
+    def branch(self, repo_id: str, ref: str, files: dict[str, bytes]) -> str:
+        """A ref of its own holding only ``files`` (as the Hub's ``refs/convert/parquet``,
+        whose tree the dataset viewer's converter writes apart from ``main``); its commit."""
+        with self._lock:
+            repo = self.repos[f"datasets/{repo_id}"]
+            lfs = {n for n, d in files.items() if upload_mode(n, len(d), d[:512]) == "lfs"}
+            snapshot = Snapshot(dict(files), frozenset(lfs))
+            commit = hashlib.sha1(json.dumps([ref, sorted(files)]).encode()).hexdigest()
+            repo.snapshots[commit] = snapshot
+            repo.branches[ref] = commit
+            return commit
 
     def downloads(self, name: str) -> list[str]:
         """The GET requests that fetched a file named ``name``."""

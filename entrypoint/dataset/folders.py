@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 import yaml
@@ -143,19 +144,22 @@ def _coco(fetched: Path, root: Path, fraction: float, forced_box: str) -> Path:
                            layout="xywh" if forced_box == "auto" else forced_box,
                            holdout=0.0 if "val" in splits else fraction)  # fmt: skip
     for path, document in documents:
-        split = _split(path)
-        boxes: dict[int, list] = {}
-        for note in document.get("annotations", []):
-            if note.get("iscrowd") or "bbox" not in note:
-                continue
+        writer.add_all(_coco_rows(path, document, ids))
+    return writer.finish()
+
+
+def _coco_rows(path: Path, document: dict, ids: dict[int, int]) -> Iterator[tuple]:
+    """A COCO JSON's images as ``(split, key, bytes, [(box, class id)])``."""
+    split = _split(path)
+    boxes: dict[int, list] = {}
+    for note in document.get("annotations", []):
+        if not note.get("iscrowd") and "bbox" in note:
             boxes.setdefault(note["image_id"], []).append(
                 (note["bbox"], ids.get(note.get("category_id"), -1)))  # fmt: skip
-        for number, image in enumerate(document.get("images", [])):
-            picture = _image(path, split, image.get("file_name", ""))
-            data = picture.read_bytes() if picture else None
-            key = f"{split}-{number:07d}"
-            writer.add(split, key, data, boxes.get(image.get("id"), []))
-    return writer.finish()
+    for number, image in enumerate(document.get("images", [])):
+        picture = _image(path, split, image.get("file_name", ""))
+        data = picture.read_bytes() if picture else None
+        yield split, f"{split}-{number:07d}", data, boxes.get(image.get("id"), [])
 
 
 def _categories(documents: list[tuple[Path, dict]]) -> tuple[list[str], dict[int, int]]:
@@ -206,8 +210,13 @@ def _imagefolder(fetched: Path, root: Path, fraction: float) -> Path:
     names = sorted({p.parent.name for p in pictures})
     splits = {layout.split_of(p.parent.parent.name) for p in pictures}
     writer = layout.Writer(root, "classify", names, holdout=0.0 if "val" in splits else fraction)
-    for number, picture in enumerate(pictures):
-        split = layout.split_of(picture.parent.parent.name) or "train"
-        writer.add(split, f"{number:07d}", picture.read_bytes(), names.index(picture.parent.name))
-        os.unlink(picture)  # the converted copy replaces it: the volume never holds both
+
+    def rows() -> Iterator[tuple]:
+        for number, picture in enumerate(pictures):
+            split = layout.split_of(picture.parent.parent.name) or "train"
+            data = picture.read_bytes()
+            os.unlink(picture)  # the converted copy replaces it: the volume never holds both
+            yield split, f"{number:07d}", data, names.index(picture.parent.name)
+
+    writer.add_all(rows())
     return writer.finish()

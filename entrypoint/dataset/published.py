@@ -13,9 +13,10 @@ import hashlib
 import io
 import logging
 import os
+import queue
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
@@ -167,17 +168,17 @@ def _parquet(source: Source, partial: Path, saved: dict, cfg: Config,
     files = sorted(source.shards, key=lambda f: f.name)
     holdout = "val" not in {layout.split_of(parquet.split_of(f.name)) for f in files}
     writer = _writer(partial, saved, cfg) if saved.get("spec") else None
-    for number, remote in enumerate(files):
-        if remote.name in saved["done"]:
-            continue
-        path = hub.fetch(remote, partial / FETCH, wait=cfg.hub_wait)
+    numbers = {remote.name: number for number, remote in enumerate(files)}
+    for remote, path in _prefetched([f for f in files if f.name not in saved["done"]],
+                                    partial / FETCH, cfg.hub_wait):  # fmt: skip
+        number = numbers[remote.name]
         if writer is None:
             saved |= _decide(path, remote.name, cfg, holdout)
             writer = _writer(partial, saved, cfg)
         split = layout.split_of(parquet.split_of(remote.name)) or "train"
         spec = parquet.Schema(**saved["spec"])
-        for row, data, target in parquet.rows(path, spec):
-            writer.add(split, f"{number:05d}-{row:07d}", data, target)
+        writer.add_all((split, f"{number:05d}-{row:07d}", data, target)
+                       for row, data, target in parquet.rows(path, spec))  # fmt: skip
         path.unlink()
         saved["done"].append(remote.name)
         saved["tally"] = writer.tally.as_dict()
@@ -187,6 +188,32 @@ def _parquet(source: Source, partial: Path, saved: dict, cfg: Config,
     if writer is None:  # every file was converted before a cut, after its last record
         writer = _writer(partial, saved, cfg)
     return writer.finish()
+
+
+def _prefetched(files: list[hub.RemoteFile], into: Path, wait: float
+                ) -> Iterator[tuple[hub.RemoteFile, Path]]:  # fmt: skip
+    """Each file fetched, in order, the next one fetched while this one is converted (at most
+    two on the disk: a file is taken back once the caller moves past it). The fetching thread
+    is a daemon: a stop does not wait for a hung request."""
+    ready: queue.Queue = queue.Queue()
+    room = threading.Semaphore(2)
+
+    def fetch() -> None:
+        for remote in files:
+            room.acquire()
+            try:
+                ready.put((remote, hub.fetch(remote, into, wait=wait)))
+            except BaseException as err:
+                ready.put(err)
+                return
+
+    threading.Thread(target=fetch, daemon=True).start()
+    for _ in files:
+        item = ready.get()
+        if isinstance(item, BaseException):
+            raise item
+        yield item
+        room.release()
 
 
 def _decide(path: Path, name: str, cfg: Config, holdout: bool) -> dict:

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import shutil
+import tarfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
@@ -29,7 +30,7 @@ log = logging.getLogger("trainbox")
 def convert(form: str, fetched: Path, root: Path, *, fraction: float, forced_box: str) -> Path:
     """Make the files in ``fetched`` (as published) into ``root``; return what training reads."""
     if form == "archive":
-        form, fetched = _unzip(fetched)
+        form, fetched = _unpack(fetched)
     if form == "yolo":
         return _yolo(fetched, root, fraction)
     if form == "coco":
@@ -44,39 +45,79 @@ def _files(folder: Path) -> list[str]:
                   if p.is_file() and ".cache" not in p.relative_to(folder).parts)  # fmt: skip
 
 
-def _unzip(fetched: Path) -> tuple[str, Path]:
-    """Extract the one zip, refusing members that leave the folder, and links; the form of
-    what it holds."""
-    [archive] = [p for p in fetched.rglob("*.zip") if ".cache" not in p.parts]
-    out = fetched / "unzipped"
-    with zipfile.ZipFile(archive) as zipped:
-        declared = sum(info.file_size for info in zipped.infolist())
-        free = shutil.disk_usage(fetched).free
-        if declared > free:
-            raise TrainboxError(
-                f"{archive.name} declares {declared / 1e9:.2f} GB of files and {free / 1e9:.2f} "
-                "GB is free; give the volume more space",
-                ExitCode.DISK,
-            )
-        for info in zipped.infolist():
-            name = PurePosixPath(info.filename)
-            link = (info.external_attr >> 16) & 0o170000 == 0o120000
-            if name.is_absolute() or ".." in name.parts or link:
-                raise TrainboxError(
-                    f"{archive.name}: member {info.filename!r} "
-                    f"{'is a link' if link else 'leaves its folder'}; export the dataset again",
-                    ExitCode.DATASET,
-                )
-        zipped.extractall(out)
-    archive.unlink()  # the zip's room goes back as soon as its files are out
+def _unpack(fetched: Path) -> tuple[str, Path]:
+    """Extract the one zip or tar, refusing members that leave the folder, links and devices;
+    the form of what it holds."""
+    [packed] = [p for p in fetched.rglob("*") if p.name.lower().endswith(forms.ARCHIVES)
+                and ".cache" not in p.parts]  # fmt: skip
+    out = fetched / "unpacked"
+    try:
+        if packed.name.lower().endswith(".zip"):
+            _extract_zip(packed, out)
+        else:
+            _extract_tar(packed, out)
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as err:
+        if isinstance(err, OSError) and not isinstance(err, EOFError) and err.errno:
+            raise
+        raise TrainboxError(f"{packed.name}: not a readable zip or tar ({err}); export the "
+                            "dataset again", ExitCode.DATASET) from None  # fmt: skip
+    packed.unlink()  # the archive's room goes back as soon as its files are out
     found = forms.found("", _files(out))
     inner = [form for form in ("yolo", "coco", "imagefolder") if form in found]
     if not inner:
         raise TrainboxError(
-            f"{archive.name} holds no YOLO, COCO or ImageFolder dataset ({forms.few(_files(out))})",
+            f"{packed.name} holds no YOLO, COCO or ImageFolder dataset ({forms.few(_files(out))})",
             ExitCode.DATASET,
         )
     return inner[0], out
+
+
+def _room(packed: Path, declared: int) -> None:
+    free = shutil.disk_usage(packed.parent).free
+    if declared > free:
+        raise TrainboxError(
+            f"{packed.name} declares {declared / 1e9:.2f} GB of files and {free / 1e9:.2f} GB "
+            "is free; give the volume more space",
+            ExitCode.DISK,
+        )
+
+
+def _refuse(packed: Path, name: str, why: str) -> TrainboxError:
+    return TrainboxError(f"{packed.name}: member {name!r} {why}; export the dataset again",
+                         ExitCode.DATASET)  # fmt: skip
+
+
+def _leaves(name: str) -> bool:
+    path = PurePosixPath(name)
+    return path.is_absolute() or ".." in path.parts
+
+
+def _extract_zip(packed: Path, out: Path) -> None:
+    with zipfile.ZipFile(packed) as zipped:
+        _room(packed, sum(info.file_size for info in zipped.infolist()))
+        for info in zipped.infolist():
+            if (info.external_attr >> 16) & 0o170000 == 0o120000:
+                raise _refuse(packed, info.filename, "is a link")
+            if _leaves(info.filename):
+                raise _refuse(packed, info.filename, "leaves its folder")
+        zipped.extractall(out)
+
+
+def _extract_tar(packed: Path, out: Path) -> None:
+    """Only files and folders, inside ``out`` (a tar export is not a trainbox pack: it is
+    stored, then extracted, not streamed)."""
+    with tarfile.open(packed) as tar:
+        members = tar.getmembers()
+        _room(packed, sum(m.size for m in members))
+        for member in members:
+            if not (member.isfile() or member.isdir()):
+                raise _refuse(packed, member.name, "is a link or a device")
+            if _leaves(member.name):
+                raise _refuse(packed, member.name, "leaves its folder")
+            member.mode = 0o755 if member.isdir() else 0o644
+            member.uid = member.gid = 0
+            member.uname = member.gname = ""
+        tar.extractall(out, members=members)
 
 
 def _yolo(fetched: Path, root: Path, fraction: float) -> Path:

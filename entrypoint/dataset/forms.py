@@ -7,7 +7,8 @@
 - ``coco``: COCO JSON files (``annotations/instances_*.json``, or Roboflow's
   ``_annotations.coco.json`` per split) beside images.
 - ``imagefolder``: images in ``SPLIT/CLASS/`` folders, nothing else describing them.
-- ``archive``: one ``.zip`` (a Roboflow export, most often) of a YOLO or COCO folder.
+- ``archive``: one ``.zip`` (a Roboflow export, most often) or tar of a YOLO, COCO or
+  ImageFolder dataset.
 
 A repo that fits none, or several, stops with what was found and DATASET_FORMAT to set.
 """
@@ -21,6 +22,7 @@ from entrypoint.errors import ExitCode, TrainboxError
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 COCO_JSON = re.compile(r"(^|/)(instances_[^/]*|_annotations\.coco|[^/]*coco[^/]*)\.json$", re.I)
+ARCHIVES = (".zip", ".tar", ".tar.gz", ".tgz")
 SPLIT_FOLDERS = {"train", "training", "val", "valid", "validation", "dev", "test", "testing"}
 
 
@@ -54,8 +56,9 @@ def found(repo: str, names: Iterable[str]) -> dict[str, list[str]]:
     if "yolo" not in forms and "coco" not in forms and _imagefolder(names):
         forms["imagefolder"] = sorted({str(PurePosixPath(n).parent.parent) for n in names
                                        if is_image(n)})  # fmt: skip
-    if (zips := [n for n in names if n.lower().endswith(".zip")]) and len(zips) == 1:
-        forms["archive"] = zips
+    packed = [n for n in names if n.lower().endswith(ARCHIVES) and n not in own]
+    if len(packed) == 1:
+        forms["archive"] = packed
     return forms
 
 

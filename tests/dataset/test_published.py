@@ -257,6 +257,36 @@ def test_a_roboflow_zip_is_extracted_and_trained_from(hub: Hub, tmp_path: Path) 
     assert not list((tmp_path / "ws" / "data" / "zipped").rglob("*.zip"))
 
 
+def test_a_tar_export_is_extracted_and_an_unsafe_or_broken_archive_is_one_line(
+    hub: Hub, tmp_path: Path
+) -> None:
+    import tarfile
+    import zipfile
+
+    splits = {"train": detections(6, 17), "valid": detections(2, 18)}
+    export = roboflow_yolo(tmp_path / "export", splits)
+    (tmp_path / "up").mkdir()
+    with tarfile.open(tmp_path / "up" / "export.tar.gz", "w:gz") as tar:
+        tar.add(export, arcname="export")
+    upload_folder(hub, "org/tarred", tmp_path / "up")
+    result = stage(hub, tmp_path / "ws", "org/tarred")
+    assert result.returncode == 0, result.stderr[-3000:]
+    _check_labels(Path(result.stdout.strip()), {"train": splits["train"], "val": splits["valid"]})
+
+    with zipfile.ZipFile(tmp_path / "evil.zip", "w") as zipped:
+        zipped.writestr("data.yaml", "names: [a]\n")
+        zipped.writestr("../outside.txt", "x")
+    bad = [("org/evil", (tmp_path / "evil.zip").read_bytes(), "'../outside.txt' leaves its folder"),
+           ("org/broken", b"not a zip", "not a readable zip or tar")]  # fmt: skip
+    for repo, data, line in bad:
+        hub.add(repo, {"export.zip": data})
+        result = stage(hub, tmp_path / "bad", repo)
+        assert result.returncode == ExitCode.DATASET, result.stderr[-3000:]
+        assert line in error_line(result)
+        assert not (tmp_path / "outside.txt").exists()
+        assert list((tmp_path / "bad" / "data").iterdir()) == []
+
+
 def test_a_coco_folder_with_ids_from_1_becomes_yolo_labels(hub: Hub, tmp_path: Path) -> None:
     splits = {"train": detections(8, 11), "val": detections(3, 12)}
     upload_folder(hub, "org/coco", coco_folder(tmp_path / "coco", splits, ids=[1, 3, 7]))
@@ -294,6 +324,7 @@ def test_an_imagefolder_becomes_class_folders(hub: Hub, tmp_path: Path) -> None:
         (["train/_annotations.coco.json", "train/a.jpg"], "coco"),
         (["train/cat/a.jpg", "val/dog/b.png"], "imagefolder"),
         (["README.md", "export.zip"], "archive"),
+        (["README.md", "export.tar.gz"], "archive"),
     ],
 )  # fmt: skip
 def test_the_form_is_told_by_the_file_list(files: list[str], form: str) -> None:

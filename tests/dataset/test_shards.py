@@ -282,8 +282,8 @@ def test_free_space_is_checked_for_all_shards_before_any_download(hub: Hub, tmp_
 @pytest.mark.parametrize(
     ("files", "extra", "line"),
     [
-        ({"other.tar": b"x"}, {},
-         "DATASET_REPO=org/big: no dataset form found at main (1 file(s): other.tar)"),
+        ({"other.csv": b"x"}, {},
+         "DATASET_REPO=org/big: no dataset form found at main (1 file(s): other.csv)"),
         ({"big.shards.json": b"{}"}, {}, "DATASET_FILE=big.shards.json: not a shard index"),
         ({"x.shards.json": b'{"format": "trainbox-shards", "version": 1, "shards": '
           b'[{"file": "../x.tar", "size": 1, "sha256": "' + b"0" * 64 + b'"}]}'},

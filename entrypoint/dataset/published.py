@@ -167,14 +167,14 @@ def _parquet(source: Source, partial: Path, saved: dict, cfg: Config,
     columns, the classes and the box layout, kept in the checkpoint for a restart."""
     files = sorted(source.shards, key=lambda f: f.name)
     holdout = "val" not in {layout.split_of(parquet.split_of(f.name)) for f in files}
-    writer = _writer(partial, saved, cfg) if saved.get("spec") else None
+    writer = _writer(partial, saved) if saved.get("spec") else None
     numbers = {remote.name: number for number, remote in enumerate(files)}
     for remote, path in _prefetched([f for f in files if f.name not in saved["done"]],
                                     partial / FETCH, cfg.hub_wait):  # fmt: skip
         number = numbers[remote.name]
         if writer is None:
             saved |= _decide(path, remote.name, cfg, holdout)
-            writer = _writer(partial, saved, cfg)
+            writer = _writer(partial, saved)
         split = layout.split_of(parquet.split_of(remote.name)) or "train"
         spec = parquet.Schema(**saved["spec"])
         writer.add_all((split, f"{number:05d}-{row:07d}", data, target)
@@ -186,7 +186,7 @@ def _parquet(source: Source, partial: Path, saved: dict, cfg: Config,
         store.write_staging_checkpoint(partial, saved)
         progress(remote.size)
     if writer is None:  # every file was converted before a cut, after its last record
-        writer = _writer(partial, saved, cfg)
+        writer = _writer(partial, saved)
     return writer.finish()
 
 
@@ -239,7 +239,7 @@ def _decide(path: Path, name: str, cfg: Config, holdout: bool) -> dict:
     return {"spec": asdict(spec), "layout": fmt, "holdout": cfg.val_fraction if holdout else 0}
 
 
-def _writer(root: Path, saved: dict, cfg: Config) -> layout.Writer:
+def _writer(root: Path, saved: dict) -> layout.Writer:
     spec = saved["spec"]
     tally = layout.Tally.load(saved.get("tally", {}))
     return layout.Writer(root, spec["task"], list(spec["names"]), layout=saved["layout"],

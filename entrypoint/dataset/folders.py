@@ -40,16 +40,21 @@ def convert(form: str, fetched: Path, root: Path, *, fraction: float, forced_box
     raise TrainboxError(f"a {form} dataset cannot be converted", ExitCode.DATASET)
 
 
-def _files(folder: Path) -> list[str]:
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
+def _published(folder: Path, pattern: str = "*") -> list[Path]:
+    """The files under ``folder`` whose names match ``pattern``, sorted, without the Hub
+    client's notes of what it fetched (``.cache/`` inside ``folder``)."""
+    return sorted(p for p in folder.rglob(pattern)
                   if p.is_file() and ".cache" not in p.relative_to(folder).parts)  # fmt: skip
+
+
+def _files(folder: Path) -> list[str]:
+    return [str(p.relative_to(folder)) for p in _published(folder)]
 
 
 def _unpack(fetched: Path) -> tuple[str, Path]:
     """Extract the one zip or tar, refusing members that leave the folder, links and devices;
     the form of what it holds."""
-    [packed] = [p for p in fetched.rglob("*") if p.name.lower().endswith(forms.ARCHIVES)
-                and ".cache" not in p.parts]  # fmt: skip
+    [packed] = [p for p in _published(fetched) if p.name.lower().endswith(forms.ARCHIVES)]
     out = fetched / "unpacked"
     try:
         if packed.name.lower().endswith(".zip"):
@@ -122,8 +127,7 @@ def _extract_tar(packed: Path, out: Path) -> None:
 
 def _yolo(fetched: Path, root: Path, fraction: float) -> Path:
     """Keep the files as published; write a data.yaml that points at them."""
-    [found] = sorted((p for p in fetched.rglob("data.y*ml") if ".cache" not in p.parts),
-                     key=lambda p: len(p.parts))[:1]  # fmt: skip
+    [found] = sorted(_published(fetched, "data.y*ml"), key=lambda p: len(p.parts))[:1]
     spec = yaml.safe_load(found.read_text()) or {}
     if not isinstance(spec, dict) or "names" not in spec:
         raise TrainboxError(f"{found.name}: not a YOLO data.yaml (no names)", ExitCode.DATASET)
@@ -176,8 +180,7 @@ def _hold_out(base: Path, train: str, fraction: float) -> dict:
 def _coco(fetched: Path, root: Path, fraction: float, forced_box: str) -> Path:
     """Each COCO JSON's images and boxes, as YOLO labels (COCO boxes are [x, y, w, h] in
     pixels, unless BBOX_FORMAT says otherwise); classes in the categories' listed order."""
-    files = [p for p in sorted(fetched.rglob("*.json"))
-             if ".cache" not in p.parts and forms.COCO_JSON.search(p.name)]  # fmt: skip
+    files = [p for p in _published(fetched, "*.json") if forms.COCO_JSON.search(p.name)]
     documents = [(path, json.loads(path.read_text())) for path in files]
     names, ids = _categories(documents)
     splits = {_split(path) for path, _ in documents}
@@ -246,8 +249,7 @@ def _image(json_path: Path, split: str, name: str) -> Path | None:
 def _imagefolder(fetched: Path, root: Path, fraction: float) -> Path:
     """``SPLIT/CLASS/IMAGE`` as LibreYOLO's class folders; classes in sorted order (how
     LibreYOLO numbers folders)."""
-    pictures = [p for p in sorted(fetched.rglob("*"))
-                if p.is_file() and forms.is_image(p.name) and ".cache" not in p.parts]  # fmt: skip
+    pictures = [p for p in _published(fetched) if forms.is_image(p.name)]
     names = sorted({p.parent.name for p in pictures})
     splits = {layout.split_of(p.parent.parent.name) for p in pictures}
     writer = layout.Writer(root, "classify", names, holdout=0.0 if "val" in splits else fraction)

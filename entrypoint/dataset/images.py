@@ -81,3 +81,14 @@ def prepare(data: bytes) -> Ready:
         upright.save(out, "PNG")
         suffix = ".png"
     return Ready(out.getvalue(), suffix, upright.width, upright.height, ", ".join(reasons))
+
+
+def upright_size(data: bytes | None) -> tuple[int, int] | None:
+    """The image's width and height as it is viewed (EXIF turns 5-8 swap them), read from its
+    header alone; None when it does not open."""
+    try:
+        image = Image.open(io.BytesIO(data or b""))
+    except (OSError, ValueError):
+        return None
+    turned = image.getexif().get(ORIENTATION, 1) in (5, 6, 7, 8)
+    return (image.height, image.width) if turned else image.size

@@ -8,10 +8,11 @@ file list. Nothing is written.
 
 from collections import Counter
 from pathlib import PurePosixPath
-from typing import Any
+from typing import IO, Any
 
 from entrypoint.dataset import boxes, forms, layout, parquet, published, shards
-from entrypoint.dataset.stage import resolve
+from entrypoint.dataset.stage import SPACE_MARGIN, resolve
+from entrypoint.errors import TrainboxError
 from entrypoint.gateways import hub
 from entrypoint.settings.config import Config
 
@@ -24,7 +25,7 @@ def inspect(cfg: Config) -> dict[str, Any]:
         "files": len(source.shards), "bytes": source.size,
     }  # fmt: skip
     if isinstance(source, shards.Source):
-        return report | {"form": "trainbox", "disk": int(source.size * 1.15),
+        return report | {"form": "trainbox", "disk": int(source.size * SPACE_MARGIN),
                          "note": "packed by `trainbox dataset pack`: staged as packed"}  # fmt: skip
     report |= {"form": source.form, "disk": int(source.size * published.margin(source))}
     if source.form == "parquet":
@@ -34,25 +35,30 @@ def inspect(cfg: Config) -> dict[str, Any]:
 
 def _parquet(source: published.Source, cfg: Config) -> dict[str, Any]:
     files = sorted(source.shards, key=lambda f: f.name)
-    spec = hub.read_remote(files[0], lambda f: parquet.schema(f, files[0].name), wait=cfg.hub_wait)
+    spec, sample = hub.read_remote(files[0], lambda f: _first(f, files[0].name), wait=cfg.hub_wait)
     found: dict[str, Any] = {"task": spec.task, "columns": spec.describe(),
                              "classes": list(spec.names)}  # fmt: skip
     if spec.task == "detect":
-        sample = hub.read_remote(files[0], lambda f: published.sample(f, spec), wait=cfg.hub_wait)
         try:
             decision = boxes.decide(sample, cfg.bbox_format)
             found |= {"box_format": decision.format, "box_evidence": decision.why}
-        except Exception as err:
+        except TrainboxError as err:  # the inspection reports it, and goes on
             found |= {"box_format": None, "box_evidence": str(err)}
     images, objects = Counter(), Counter()
     for remote in files:
-        split = layout.split_of(parquet.split_of(remote.name)) or "train"
+        split = published.split_of(remote.name) or "train"
         rows, count = hub.read_remote(remote, lambda f: parquet.counts(f, spec), wait=cfg.hub_wait)
         images[split] += rows
         objects[split] += count
     splits = {s: {"images": images[s], **({"boxes": objects[s]} if spec.task == "detect" else {})}
               for s in sorted(images)}  # fmt: skip
     return found | {"splits": splits, "validation": _validation(images, cfg)}
+
+
+def _first(handle: IO[bytes], name: str) -> tuple[parquet.Schema, list]:
+    """What the first file's columns mean and, for detection, its sample of boxes: one open."""
+    spec = parquet.schema(handle, name)
+    return spec, published.sample(handle, spec) if spec.task == "detect" else []
 
 
 def _listed(source: published.Source) -> dict[str, Any]:

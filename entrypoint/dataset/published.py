@@ -10,7 +10,6 @@ Folders (YOLO, COCO, ImageFolder) and a zip are converted once all their files a
 """
 
 import hashlib
-import io
 import logging
 import os
 import queue
@@ -21,9 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from PIL import Image
-
-from entrypoint.dataset import boxes, folders, forms, layout, parquet
+from entrypoint.dataset import boxes, folders, forms, images, layout, parquet, threads
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.gateways import hub
 from entrypoint.settings.config import Config
@@ -74,7 +71,7 @@ def source(listing: hub.Listing, form: str, shown: list[str]) -> Source:
     files = [f for f in listing.files if not f.name.startswith(".")]
     if form == "parquet":
         keep = [f for f in files if f.name.endswith(".parquet")
-                and layout.split_of(parquet.split_of(f.name))]  # fmt: skip
+                and split_of(f.name)]  # fmt: skip
         if not keep:
             raise TrainboxError(
                 f"DATASET_REPO={listing.repo}: its parquet files name no train, validation or "
@@ -89,6 +86,11 @@ def source(listing: hub.Listing, form: str, shown: list[str]) -> Source:
     else:  # coco, imagefolder
         keep = [f for f in files if forms.COCO_JSON.search(f.name) or forms.is_image(f.name)]
     return Source(listing.repo, listing.revision, listing.commit, form, tuple(keep))
+
+
+def split_of(name: str) -> str | None:
+    """LibreYOLO's split for a parquet file, by its name; None for one it does not train on."""
+    return layout.split_of(parquet.split_of(name))
 
 
 def margin(source: Source) -> float:
@@ -132,33 +134,14 @@ def build(source: Source, partial: Path, cfg: Config, progress: Callable[[int], 
 
 def _fetch_all(files: list[hub.RemoteFile], into: Path, progress: Callable[[int], None],
                cfg: Config) -> None:  # fmt: skip
-    """Fetch ``files``, STAGE_PARALLEL at once (a folder of thousands of small files is not
+    """Fetch ``files``, at least 8 at once (a folder of thousands of small files is not
     fetched one request at a time); the first failure stops the others."""
-    queue = list(files)
-    lock = threading.Lock()
-    errors: list[BaseException] = []
 
-    def work() -> None:
-        while not errors:
-            with lock:
-                if not queue:
-                    return
-                remote = queue.pop(0)
-            try:
-                hub.fetch(remote, into, wait=cfg.hub_wait)
-                progress(remote.size)
-            except BaseException as err:
-                errors.append(err)
+    def work(remote: hub.RemoteFile, _: threading.Event) -> None:
+        hub.fetch(remote, into, wait=cfg.hub_wait)
+        progress(remote.size)
 
-    # Daemon threads: a stop signal must not wait for a hung request to time out.
-    workers = [threading.Thread(target=work, daemon=True)
-               for _ in range(min(max(cfg.stage_parallel, 8), len(queue)))]  # fmt: skip
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    if errors:
-        raise errors[0]
+    threads.each(files, work, max(cfg.stage_parallel, 8))
 
 
 def _parquet(source: Source, partial: Path, saved: dict, cfg: Config,
@@ -166,7 +149,7 @@ def _parquet(source: Source, partial: Path, saved: dict, cfg: Config,
     """Each parquet file in turn: fetch, convert, delete, record. The first file tells the
     columns, the classes and the box layout, kept in the checkpoint for a restart."""
     files = sorted(source.shards, key=lambda f: f.name)
-    holdout = "val" not in {layout.split_of(parquet.split_of(f.name)) for f in files}
+    holdout = "val" not in {split_of(f.name) for f in files}
     writer = _writer(partial, saved) if saved.get("spec") else None
     numbers = {remote.name: number for number, remote in enumerate(files)}
     for remote, path in _prefetched([f for f in files if f.name not in saved["done"]],
@@ -175,7 +158,7 @@ def _parquet(source: Source, partial: Path, saved: dict, cfg: Config,
         if writer is None:
             saved |= _decide(path, remote.name, cfg, holdout)
             writer = _writer(partial, saved)
-        split = layout.split_of(parquet.split_of(remote.name)) or "train"
+        split = split_of(remote.name) or "train"
         spec = parquet.Schema(**saved["spec"])
         writer.add_all((split, f"{number:05d}-{row:07d}", data, target)
                        for row, data, target in parquet.rows(path, spec))  # fmt: skip
@@ -252,16 +235,7 @@ def sample(path: Path | IO[bytes], spec: parquet.Schema) -> list[tuple[list[floa
     for row, data, objects in parquet.rows(path, spec):
         if row >= SAMPLE_ROWS:
             break
-        size = _size(data)
+        size = images.upright_size(data)
         if size:
             found += [(box, *size) for box, _ in objects]
     return found
-
-
-def _size(data: bytes | None) -> tuple[int, int] | None:
-    try:
-        image = Image.open(io.BytesIO(data or b""))
-    except (OSError, ValueError):
-        return None
-    turned = image.getexif().get(0x0112, 1) in (5, 6, 7, 8)
-    return (image.height, image.width) if turned else image.size

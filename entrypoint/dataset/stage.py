@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from entrypoint.atomic import write_atomic
-from entrypoint.dataset import archive, forms, published, shards
+from entrypoint.dataset import archive, forms, published, shards, threads
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.gateways import hub
 from entrypoint.settings.config import Config
@@ -198,8 +198,7 @@ def _build(source: published.Source, target: Path, cfg: Config) -> Path:
     with _keeping(partial, target):
         with _Progress(cfg.workspace, source, done) as progress:
             found = published.build(source, partial, cfg, progress)
-        marker = {**source.identity(), "revision": source.revision, "form": source.form,
-                  "members": sum(1 for _ in partial.rglob("*"))}  # fmt: skip
+        marker = {**source.identity(), "revision": source.revision, "form": source.form}
         relative = _settle(found, partial, target, cfg, marker)
     log.info("dataset staged: %s form converted into %s", source.form, target)
     return target / relative
@@ -238,48 +237,17 @@ def _settle(found: Path, partial: Path, target: Path, cfg: Config, marker: dict)
     return relative
 
 
-class _Cancelled(Exception):
-    """Another tar of the dataset failed, or the job is stopping: this one stops too."""
-
-
 def _fetch_all(source: shards.Source, partial: Path, book: "_Checkpoints",
                progress: "_Progress", cfg: Config) -> int:  # fmt: skip
     """Extract every tar not done yet, ``cfg.stage_parallel`` at once, each in its own thread
     (sockets, hashing (OpenSSL through ctypes) and file writes release the GIL); the first
     failure stops the others. Return the members of all tars."""
     queue = [shard for shard in source.shards if not book.done(shard.name)]
-    stop = threading.Event()
-    errors: list[BaseException] = []
-    lock = threading.Lock()
 
-    def work() -> None:
-        while not stop.is_set():
-            with lock:
-                if not queue:
-                    return
-                shard = queue.pop(0)
-            try:
-                _fetch(shard, partial, book, progress, stop, cfg.hub_wait)
-            except BaseException as err:
-                errors.append(err)
-                stop.set()
+    def work(shard: hub.RemoteFile, stop: threading.Event) -> None:
+        _fetch(shard, partial, book, progress, stop, cfg.hub_wait)
 
-    # Daemon threads: a stop signal must not wait for a read on a hung connection to time out.
-    workers = [threading.Thread(target=work, daemon=True)
-               for _ in range(min(cfg.stage_parallel, len(queue)))]  # fmt: skip
-    for worker in workers:
-        worker.start()
-    try:
-        for worker in workers:
-            worker.join()
-    finally:
-        stop.set()
-        deadline = time.monotonic() + 5
-        for worker in workers:  # they stop at their next chunk
-            worker.join(timeout=max(0.0, deadline - time.monotonic()))
-    failures = [err for err in errors if not isinstance(err, _Cancelled)]
-    if failures:
-        raise failures[0]
+    threads.each(queue, work, cfg.stage_parallel)
     return book.members()
 
 
@@ -291,7 +259,7 @@ def _fetch(shard: hub.RemoteFile, partial: Path, book: "_Checkpoints", progress:
 
     def count(size: int) -> None:
         if stop.is_set():
-            raise _Cancelled
+            raise threads.Cancelled
         progress(size)
 
     state = bytes.fromhex(point["state"]) if point else None

@@ -995,7 +995,8 @@ class Hub:
                 ``HfFileSystem.ls`` uses): the files (``type``, ``path``, ``size``, ``oid``, and
                 ``lfs`` with ``oid`` = sha256) and folders (``type``, ``path``, ``oid``) under
                 PATH; a PATH that is neither is 404 ``EntryNotFound``. One page: the real Hub
-                pages long listings with a ``Link`` header, which the client follows."""
+                pages long listings with a ``Link`` header, which the client follows. A folder's
+                ``oid`` here is a hash of its path, not its git tree id (nothing reads it)."""
                 repo = hub.repos.get(key)
                 if (
                     not self._visible(repo, listing=True)

@@ -16,12 +16,13 @@ import shutil
 import tarfile
 import zipfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 
 import yaml
 
 from entrypoint.atomic import write_atomic
-from entrypoint.dataset import forms, layout
+from entrypoint.dataset import forms, images, layout
 from entrypoint.errors import ExitCode, TrainboxError
 
 log = logging.getLogger("trainbox")
@@ -134,6 +135,7 @@ def _yolo(fetched: Path, root: Path, fraction: float) -> Path:
     base = root / "files"
     shutil.move(found.parent, base)
     shutil.rmtree(base / ".cache", ignore_errors=True)  # the Hub client's notes, if moved along
+    _mend_images(base)
     mended: dict = {"path": str(base)}
     for split in ("train", "val", "test"):
         entry = spec.get(split)
@@ -152,6 +154,48 @@ def _yolo(fetched: Path, root: Path, fraction: float) -> Path:
     mended |= {k: v for k, v in spec.items() if k not in ("path", "train", "val", "test")}
     write_atomic(base / "data.yaml", yaml.safe_dump(mended, sort_keys=False))
     return base / "data.yaml"
+
+
+def _mend_images(base: Path) -> None:
+    """The YOLO folder's images as LibreYOLO must read them, in place and under their own
+    names (OpenCV tells the format by the bytes, not the suffix): an EXIF-turned one upright,
+    a CMYK or palette one RGB; one that does not decode is removed with its label and counted
+    (exit 3 past ``layout.BAD_SHARE``). Checked in threads, as the other forms' images are."""
+    pictures = [p for p in base.rglob("*") if forms.is_image(p.name) and p.is_file()]
+    tally = layout.Tally()
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        for picture, bad in zip(pictures, pool.map(_mend, pictures), strict=True):
+            if bad:
+                tally.bad += 1
+                tally.first_bad = tally.first_bad or f"{picture.relative_to(base)}: {bad}"
+                picture.unlink()
+                _label(picture).unlink(missing_ok=True)
+            else:
+                tally.images["all"] += 1
+                tally.rewritten += bad is None
+    layout.check_bad(tally)
+    if tally.rewritten:
+        log.info("dataset: %d image(s) rewritten upright or as RGB (LibreYOLO ignores EXIF "
+                 "orientation and trains on RGB only)", tally.rewritten)  # fmt: skip
+
+
+def _mend(picture: Path) -> str | None:
+    """Why the image is bad; ``""`` when it is kept as it is, None when it was rewritten."""
+    ready = images.attempt(picture.read_bytes())
+    if isinstance(ready, str):
+        return ready
+    if not ready.rewritten:
+        return ""
+    write_atomic(picture, ready.data)
+    return None
+
+
+def _label(picture: Path) -> Path:
+    """Where LibreYOLO looks for an image's label: the last ``/images/`` made ``/labels/``."""
+    parts = list(picture.with_suffix(".txt").parts)
+    if "images" in parts:
+        parts[len(parts) - 1 - parts[::-1].index("images")] = "labels"
+    return Path(*parts)
 
 
 def _place(base: Path, entry: str) -> Path | None:

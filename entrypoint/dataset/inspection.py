@@ -36,6 +36,7 @@ def inspect(cfg: Config) -> dict[str, Any]:
 def _parquet(source: published.Source, cfg: Config) -> dict[str, Any]:
     files = sorted(source.shards, key=lambda f: f.name)
     spec, sample = hub.read_remote(files[0], lambda f: _first(f, files[0].name), wait=cfg.hub_wait)
+    spec = published.named(spec, files[0].name, source.card, cfg.hub_wait)
     found: dict[str, Any] = {"task": spec.task, "columns": spec.describe(),
                              "classes": list(spec.names)}  # fmt: skip
     if spec.task == "detect":

@@ -87,6 +87,19 @@ class Tally:
                 f"{self.dropped} empty box(es) dropped")  # fmt: skip
 
 
+def check_bad(tally: Tally) -> None:
+    """Exit 3 when more than ``BAD_SHARE`` of the images were bad; else warn of any."""
+    total = sum(tally.images.values()) + tally.bad
+    if tally.bad > BAD_SHARE * total:
+        raise TrainboxError(
+            f"{tally.bad} of {total} images do not decode or are past Pillow's pixel limit "
+            f"(more than {BAD_SHARE:.0%}), first: {tally.first_bad}; fix the dataset",
+            ExitCode.DATASET,
+        )
+    if tally.bad:
+        log.warning("dataset: %d bad image(s) skipped, first: %s", tally.bad, tally.first_bad)
+
+
 class Writer:
     """The converted dataset under ``root``: ``task`` is ``detect`` or ``classify``; ``names``
     the classes in the dataset's order; ``layout`` the box layout (detection)."""
@@ -98,6 +111,13 @@ class Writer:
         self.tally = tally or Tally()
         self.made: set[Path] = set()
         self.folders = [safe_name(n) for n in names]
+        if task == "classify" and len(set(self.folders)) < len(self.folders):
+            clash = sorted({f for f in self.folders if self.folders.count(f) > 1})
+            raise TrainboxError(
+                f"class names {', '.join(clash)} (as folder names) are shared by several "
+                "classes: LibreYOLO would merge them; rename the classes",
+                ExitCode.DATASET,
+            )
 
     def split(self, split: str, key: str) -> str:
         if split == "train" and self.holdout and held_out(key, self.holdout):
@@ -161,22 +181,12 @@ class Writer:
 
     def check(self) -> None:
         """Exit 3 when too many images were bad, or nothing was written."""
-        total = sum(self.tally.images.values()) + self.tally.bad
-        if self.tally.bad > BAD_SHARE * total:
-            raise TrainboxError(
-                f"{self.tally.bad} of {total} images do not decode or are past Pillow's pixel "
-                f"limit (more than {BAD_SHARE:.0%}), first: {self.tally.first_bad}; fix the "
-                "dataset",
-                ExitCode.DATASET,
-            )
+        check_bad(self.tally)
         if not self.tally.images.get("train"):
             raise TrainboxError("the dataset has no train images: nothing to train on",
                                 ExitCode.DATASET)  # fmt: skip
         if self.task == "classify":
             self._check_classes()
-        if self.tally.bad:
-            log.warning("dataset: %d bad image(s) skipped, first: %s", self.tally.bad,
-                        self.tally.first_bad)  # fmt: skip
 
     def _check_classes(self) -> None:
         """LibreYOLO's class folders: every class in train and in val, or its validation fails
@@ -196,6 +206,10 @@ class Writer:
         self.check()
         log.info("dataset converted: %s", self.tally.summary())
         if self.task == "classify":
+            if self.folders != sorted(self.folders):  # LibreYOLO's get_class_names sorts
+                log.info("dataset: the model numbers the classes in sorted order (LibreYOLO "
+                         "sorts the class folders): %s", ", ".join(
+                             f"{i}={n}" for i, n in enumerate(sorted(self.folders))))  # fmt: skip
             return self.root
         spec = {"path": str(self.root), "train": "images/train", "val": "images/val"}
         if not self.tally.images.get("val"):

@@ -49,6 +49,11 @@ class Schema:
     category: str = ""  # key of the class id in each object
     names: tuple[str, ...] = ()
 
+    @property
+    def label_key(self) -> str:
+        """The feature holding the class: the objects' category key, or the label column."""
+        return self.category if self.task == "detect" else self.target
+
     def describe(self) -> str:
         if self.task == "classify":
             return f"classification: image column {self.image!r}, label column {self.target!r}"
@@ -176,3 +181,37 @@ def counts(path: Path | IO[bytes], spec: Schema) -> tuple[int, int]:
     for batch in table.iter_batches(batch_size=4096, columns=[spec.target]):
         found += sum(len(_objects(value, spec)) for value in batch.column(0).to_pylist())
     return table.metadata.num_rows, found
+
+
+def card_names(card: str, key: str) -> list[str]:
+    """The class names a dataset card's YAML gives the feature ``key`` (``dataset_info``'s
+    features, as ``datasets`` writes them: ``class_label: {names: {'0': cat, ...}}`` inside
+    the feature named ``key``, at any depth); [] when it names none."""
+    import yaml
+
+    head = card.split("---", 2)
+    try:
+        meta = yaml.safe_load(head[1]) if card.startswith("---") and len(head) == 3 else None
+    except yaml.YAMLError:
+        return []
+    infos = (meta or {}).get("dataset_info") if isinstance(meta, dict) else None
+    for info in infos if isinstance(infos, list) else [infos]:
+        if isinstance(info, dict) and (found := _labels_under(info.get("features"), key)):
+            return found
+    return []
+
+
+def _labels_under(node: Any, key: str, inside: bool = False) -> list[str]:
+    """The first ``class_label`` names in ``node`` within a feature named ``key``."""
+    if isinstance(node, list):
+        return next((found for item in node if (found := _labels_under(item, key, inside))), [])
+    if not isinstance(node, dict):
+        return []
+    inside = inside or node.get("name") == key
+    names = (node.get("class_label") or {}).get("names") if inside else None
+    if isinstance(names, dict):
+        return [str(names[k]) for k in sorted(names, key=lambda k: int(k))]
+    if isinstance(names, list):
+        return [str(n) for n in names]
+    return next((found for value in node.values()
+                 if (found := _labels_under(value, key, inside))), [])  # fmt: skip

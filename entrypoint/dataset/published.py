@@ -16,7 +16,7 @@ import queue
 import shutil
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import IO
 
@@ -41,6 +41,7 @@ class Source:
     commit: str
     form: str
     shards: tuple[hub.RemoteFile, ...]  # the files to fetch (named as a pack's shards are)
+    card: hub.RemoteFile | None = None  # README.md: its YAML may name the classes (parquet)
 
     @property
     def file(self) -> str:
@@ -85,7 +86,8 @@ def source(listing: hub.Listing, form: str, shown: list[str]) -> Source:
         keep = [f for f in files if f.name in shown]
     else:  # coco, imagefolder
         keep = [f for f in files if forms.COCO_JSON.search(f.name) or forms.is_image(f.name)]
-    return Source(listing.repo, listing.revision, listing.commit, form, tuple(keep))
+    card = next((f for f in listing.files if f.name == "README.md"), None)
+    return Source(listing.repo, listing.revision, listing.commit, form, tuple(keep), card)
 
 
 def split_of(name: str) -> str | None:
@@ -156,7 +158,7 @@ def _parquet(source: Source, partial: Path, saved: dict, cfg: Config,
                                     partial / FETCH, cfg.hub_wait):  # fmt: skip
         number = numbers[remote.name]
         if writer is None:
-            saved |= _decide(path, remote.name, cfg, holdout)
+            saved |= _decide(path, remote.name, cfg, holdout, source.card)
             writer = _writer(partial, saved)
         split = split_of(remote.name) or "train"
         spec = parquet.Schema(**saved["spec"])
@@ -199,15 +201,10 @@ def _prefetched(files: list[hub.RemoteFile], into: Path, wait: float
         room.release()
 
 
-def _decide(path: Path, name: str, cfg: Config, holdout: bool) -> dict:
+def _decide(path: Path, name: str, cfg: Config, holdout: bool, card: hub.RemoteFile | None
+            ) -> dict:  # fmt: skip
     """From the first file: what its columns mean, the classes, the boxes' layout."""
-    spec = parquet.schema(path, f"{name} in DATASET_REPO")
-    if not spec.names:
-        raise TrainboxError(
-            f"{name}: column {spec.target!r} has no ClassLabel names in the file's features; "
-            "publish it with datasets' ClassLabel (push_to_hub keeps the names)",
-            ExitCode.DATASET,
-        )
+    spec = named(parquet.schema(path, f"{name} in DATASET_REPO"), name, card, cfg.hub_wait)
     fmt = "xywh"
     if spec.task == "detect":
         decision = boxes.decide(sample(path, spec), cfg.bbox_format)
@@ -220,6 +217,26 @@ def _decide(path: Path, name: str, cfg: Config, holdout: bool) -> dict:
         log.info("dataset: no validation split; holding out %.0f%% of train (seeded)",
                  cfg.val_fraction * 100)  # fmt: skip
     return {"spec": asdict(spec), "layout": fmt, "holdout": cfg.val_fraction if holdout else 0}
+
+
+def named(spec: parquet.Schema, name: str, card: hub.RemoteFile | None, wait: float
+          ) -> parquet.Schema:  # fmt: skip
+    """``spec`` with its class names: the file's features', else the dataset card's (a parquet
+    written by another tool keeps no features); exit 3 when neither names them."""
+    if not spec.names and card:
+        text = hub.read_remote(card, lambda handle: handle.read().decode("utf-8", "replace"),
+                               wait=wait)  # fmt: skip
+        spec = replace(spec, names=tuple(parquet.card_names(text, spec.label_key)))
+        if spec.names:
+            log.info("dataset: class names from the dataset card (README.md)")
+    if not spec.names:
+        raise TrainboxError(
+            f"{name}: column {spec.target!r} has no ClassLabel names in the file's features "
+            "nor in the dataset card; publish it with datasets' ClassLabel (push_to_hub keeps "
+            "the names)",
+            ExitCode.DATASET,
+        )
+    return spec
 
 
 def _writer(root: Path, saved: dict) -> layout.Writer:

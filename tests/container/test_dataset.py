@@ -109,33 +109,18 @@ def test_not_enough_disk_stops_before_downloading(image: str, hub: Hub, tmp_path
     assert hub.downloads("big.tar") == []
 
 
-@pytest.mark.parametrize("published", ["parquet", "roboflow zip"])
+@pytest.mark.parametrize("published", ["parquet", "roboflow zip", "coco folder", "yolo files"])
 def test_a_dataset_as_published_on_the_hub_trains(
     image: str, volume: str, hub: Hub, tmp_path: Path, published: str
 ) -> None:
-    """DATASET_REPO alone: what ``datasets``' push_to_hub wrote (detection, a ``validation``
-    split), or a Roboflow YOLO export zipped and uploaded as a file; the labels LibreYOLO reads
-    are the published boxes."""
-    import shutil
-
-    from tests.dataset.published import (
-        NAMES,
-        centres,
-        detections,
-        push_detection,
-        roboflow_yolo,
-        upload_folder,
-    )  # fmt: skip
+    """DATASET_REPO alone, the dataset made by the tools that make them: ``datasets``'
+    push_to_hub (detection, a ``validation`` split), a Roboflow YOLO export zipped, a COCO
+    folder (category ids from 1) and a YOLO folder uploaded by the Hub client; the labels
+    LibreYOLO reads are the published boxes, the classes in the dataset's order."""
+    from tests.dataset.published import NAMES, centres, detections
 
     splits = {"train": detections(16, 21), "validation": detections(4, 22)}
-    if published == "parquet":
-        push_detection(hub, "org/det", splits)
-    else:
-        export = roboflow_yolo(tmp_path / "export", {"train": splits["train"],
-                                                     "valid": splits["validation"]})  # fmt: skip
-        (tmp_path / "up").mkdir()
-        shutil.make_archive(str(tmp_path / "up" / "det.v1i.yolov8"), "zip", export)
-        upload_folder(hub, "org/det", tmp_path / "up")
+    _publish(published, hub, tmp_path, splits)
     result = run_container(image, volume, env=hub_env(hub, DATASET_REPO="org/det"))
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     assert "doctor: the dataset is healthy" in result.stderr
@@ -148,3 +133,50 @@ def test_a_dataset_as_published_on_the_hub_trains(
     assert sum(b[1] + b[2] for b in boxes) == pytest.approx(total, abs=1e-3)
     names = in_volume(image, volume, "sh", "-c", "cat $(find /workspace/data/det -name data.yaml)")
     assert f"names:\n- {NAMES[0]}\n- {NAMES[1]}\n- {NAMES[2]}" in names
+
+
+def _publish(published: str, hub: Hub, tmp_path: Path, splits: dict[str, list[dict]]) -> None:
+    """``splits`` on the test Hub as ``org/det``, in the ``published`` form."""
+    import shutil
+
+    from tests.dataset.published import coco_folder, push_detection, roboflow_yolo, upload_folder
+
+    if published == "parquet":
+        push_detection(hub, "org/det", splits)
+        return
+    renamed = {"train": splits["train"], "valid" if "roboflow" in published or "yolo" in published
+               else "val": splits["validation"]}  # fmt: skip
+    if published == "coco folder":
+        upload_folder(hub, "org/det", coco_folder(tmp_path / "coco", renamed, ids=[1, 4, 9]))
+        return
+    export = roboflow_yolo(tmp_path / "export", renamed)
+    if published == "yolo files":
+        upload_folder(hub, "org/det", export)
+        return
+    (tmp_path / "up").mkdir()
+    shutil.make_archive(str(tmp_path / "up" / "det.v1i.yolov8"), "zip", export)
+    upload_folder(hub, "org/det", tmp_path / "up")
+
+
+def test_a_classification_set_pushed_by_datasets_trains_a_classifier(
+    image: str, volume: str, hub: Hub
+) -> None:
+    """``push_to_hub`` of images with a ``label`` ClassLabel: one folder per class, every
+    image in its class's folder, and a classifier trains an epoch from them."""
+    from tests.dataset.published import NAMES, picture, push_classification
+
+    splits = {s: [(picture(seed * 100 + i), i % 3) for i in range(n)]
+              for s, seed, n in (("train", 1, 12), ("validation", 2, 6))}  # fmt: skip
+    push_classification(hub, "org/cls", splits)
+    env = hub_env(hub, DATASET_REPO="org/cls", MODEL="libremobilenetv4s-cls.pt", IMGSZ="64")
+    result = run_container(image, volume, env=env)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert "epoch 1/1 done" in result.stdout
+    found = in_volume(image, volume, "sh", "-c", "cd /workspace/data/cls && "
+                      "for f in */*/*; do echo $f; done").split()  # fmt: skip
+    counted = {(path.split("/")[0], path.split("/")[1]) for path in found}
+    assert counted == {(s, n) for s in ("train", "val") for n in NAMES}
+    for split, rows in (("train", splits["train"]), ("val", splits["validation"])):
+        for index, name in enumerate(NAMES):
+            mine = [p for p in found if p.startswith(f"{split}/{name}/")]
+            assert len(mine) == sum(1 for _, c in rows if c == index), (split, name)

@@ -20,6 +20,8 @@ from tests.conftest import REPO
 from tests.dataset.conftest import env_for
 from tests.dataset.published import (
     NAMES,
+    H,
+    W,
     centres,
     coco_folder,
     detections,
@@ -69,6 +71,39 @@ def test_a_pushed_detection_set_stages_as_yolo_labels(
         assert len(list((root / "images" / split).iterdir())) == len(rows)
     assert "boxes read as xywh" in result.stderr
     assert not list(root.glob(".fetch")) and not (root / "parquet").exists()
+
+
+def test_a_parquet_without_features_takes_its_class_names_from_the_card(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """A parquet file another tool wrote (no ``huggingface`` schema metadata) beside the card
+    ``push_to_hub`` wrote: the card's ClassLabel names, in their order."""
+    import pyarrow.parquet as pq
+
+    push_detection(hub, DET, {"train": detections(6, 31), "validation": detections(2, 32)})
+    files = hub.repos[f"datasets/{DET}"].files
+    assert "class_label" in files["README.md"].decode()
+    stripped = {}
+    for name, data in files.items():
+        if name.endswith(".parquet"):
+            table = pq.read_table(io.BytesIO(data))
+            assert b"huggingface" in (table.schema.metadata or {})
+            out = io.BytesIO()
+            pq.write_table(table.replace_schema_metadata(None), out)
+            stripped[name] = out.getvalue()
+    hub.add(DET, stripped)
+    result = stage(hub, tmp_path / "ws", DET)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "class names from the dataset card" in result.stderr
+    spec = yaml.safe_load((tmp_path / "ws" / "data" / "det" / "data.yaml").read_text())
+    assert spec["names"] == NAMES
+
+    hub.add(DET, {"README.md": b"---\nlicense: mit\n---\n# no features\n"})
+    result = stage(hub, tmp_path / "ws2", DET)
+    assert result.returncode == ExitCode.DATASET, result.stderr[-3000:]
+    assert "no ClassLabel names in the file's features nor in the dataset card" in error_line(
+        result
+    )  # fmt: skip
 
 
 def test_a_train_only_set_holds_out_a_seeded_validation_share(hub: Hub, tmp_path: Path) -> None:
@@ -241,6 +276,38 @@ def test_a_roboflow_yolo_folder_uploaded_as_files_is_mended_and_kept(
     assert (spec["train"], spec["val"]) == ("train/images", "valid/images") and "test" not in spec
     assert "'../test/images' is not in the dataset; left out" in result.stderr
     _check_labels(data_yaml, {"train": splits["train"], "val": splits["valid"]})
+
+
+def test_a_yolo_folders_turned_and_cmyk_images_are_mended_in_place_and_a_broken_one_stops(
+    hub: Hub, tmp_path: Path
+) -> None:
+    splits = {"train": detections(6, 13), "valid": detections(2, 14)}
+    export = roboflow_yolo(tmp_path / "export", splits)
+    exif = Image.Exif()
+    exif[images.ORIENTATION] = 6
+    turned = export / "train" / "images" / "im000.png"  # a phone's JPEG, under its own name
+    turned.write_bytes(picture(5, (W, H), "JPEG", exif=exif.tobytes()))
+    cmyk = io.BytesIO()
+    Image.new("CMYK", (W, H), (0, 255, 255, 0)).save(cmyk, "JPEG")
+    (export / "train" / "images" / "im001.png").write_bytes(cmyk.getvalue())
+    upload_folder(hub, "org/mend", export)
+    result = stage(hub, tmp_path / "ws", "org/mend")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "dataset: 2 image(s) rewritten upright or as RGB" in result.stderr
+    images_dir = Path(result.stdout.strip()).parent / "train" / "images"
+    with Image.open(images_dir / "im000.png") as upright:
+        assert upright.size == (H, W) and upright.getexif().get(images.ORIENTATION, 1) == 1
+    with Image.open(images_dir / "im001.png") as rgb:
+        assert rgb.mode == "RGB"
+    assert (images_dir / "im002.png").read_bytes() == splits["train"][2]["image"]  # as published
+
+    (export / "train" / "images" / "im003.png").write_bytes(b"\x89PNG broken")
+    upload_folder(hub, "org/broken-yolo", export)
+    result = stage(hub, tmp_path / "bad", "org/broken-yolo")
+    assert result.returncode == ExitCode.DATASET, result.stderr[-3000:]
+    assert "1 of 8 images do not decode" in error_line(result)
+    assert "train/images/im003.png" in error_line(result)
+    assert list((tmp_path / "bad" / "data").iterdir()) == []
 
 
 def test_a_roboflow_zip_is_extracted_and_trained_from(hub: Hub, tmp_path: Path) -> None:

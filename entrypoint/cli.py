@@ -248,6 +248,33 @@ def plan_stop(
     click.echo("\n".join(lines))
 
 
+def _card(_ctx: object, _param: object, values: tuple[str, ...]) -> list[tuple[str, float, float]]:
+    cards = []
+    for value in values:
+        name, _, rest = value.rpartition("=")
+        price, _, seconds = rest.partition(":")
+        try:
+            cards.append((name.strip(), float(price.lstrip("$")), float(seconds)))
+        except ValueError:
+            raise click.BadParameter(f"{value!r}: expected NAME=USD_PER_HOUR:SECONDS_PER_EPOCH, "
+                                     "e.g. 'RTX 4090=0.69:310'") from None  # fmt: skip
+        if not name.strip() or cards[-1][1] <= 0 or cards[-1][2] <= 0:
+            raise click.BadParameter(f"{value!r}: a name, a price and seconds above 0")
+    return cards
+
+
+@plan_group.command("cost")
+@click.option("--card", "cards", multiple=True, required=True, callback=_card,
+              help="NAME=USD_PER_HOUR:SECONDS_PER_EPOCH, once per card; the epoch's seconds "
+                   "measured (an epoch's log line) or from a profile on that card.")  # fmt: skip
+@click.option("--epochs", type=click.IntRange(1), required=True, help="Epochs of the run.")
+@click.option("--overhead-min", type=click.FloatRange(0), default=0.0, show_default=True,
+              help="Minutes billed without training: start, staging, final upload.")  # fmt: skip
+def plan_cost(cards: list[tuple[str, float, float]], epochs: int, overhead_min: float) -> None:
+    """What the run costs on each card, per epoch and in all, cheapest first."""
+    click.echo("\n".join(plan.cost(cards, epochs, overhead_min)))
+
+
 @cli.command(
     context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
     add_help_option=False,

@@ -18,6 +18,7 @@ class ExitCode(IntEnum):
     STALLED = 9
     NODE_LOST = 10
     VOLUME_IN_USE = 11
+    BUDGET = 12
     INTERRUPTED = 130
 
 
@@ -111,6 +112,14 @@ MEANINGS: dict[ExitCode, tuple[str, str]] = {
     ExitCode.VOLUME_IN_USE: (
         "another trainbox container is using this volume (the line names it)",
         "stop that one, or give this container a volume of its own",
+    ),
+    ExitCode.BUDGET: (
+        (
+            "`MAX_COST` reached: at an epoch's end the next epoch would have passed the "
+            "budget, so training stopped and the last epoch was uploaded first; or the run "
+            "had already spent it, and nothing was staged or trained"
+        ),
+        "raise `MAX_COST` (or set `0`) and start again; it resumes",
     ),
     ExitCode.INTERRUPTED: (
         "stopped by SIGTERM or SIGINT (`docker stop`)",

@@ -125,3 +125,27 @@ def stop(
         "may take them before you start again"
     )
     return lines
+
+
+def cost(cards: list[tuple[str, float, float]], epochs: int, overhead_min: float = 0.0
+         ) -> list[str]:  # fmt: skip
+    """The run's cost on each card ``(name, USD per hour, seconds per epoch)``: per epoch, for
+    ``epochs`` epochs and ``overhead_min`` minutes billed without training (start, staging,
+    the final upload), cheapest first. The guide's point: $/hour is the wrong figure."""
+    rows = []
+    for name, per_hour, epoch_s in cards:
+        hours = (epochs * epoch_s + overhead_min * 60) / 3600
+        rows.append((hours * per_hour, name, per_hour, epoch_s, hours))
+    rows.sort()
+    lines = []
+    for total, name, per_hour, epoch_s, hours in rows:
+        lines.append(f"{name:<16} ${per_hour:.3f}/h x {epoch_s:g} s/epoch = "
+                     f"${epoch_s * per_hour / 3600:.4f} per epoch; {epochs} epochs"
+                     f"{f' + {overhead_min:g} min' if overhead_min else ''}: {hours:.2f} h, "
+                     f"${total:.2f}")  # fmt: skip
+    if len(rows) > 1:
+        cheap, fast = rows[0], min(rows, key=lambda row: row[4])
+        lines.append(f"cheapest     {cheap[1]}" + ("" if cheap is fast else
+                     f"; fastest {fast[1]}, {fast[0] - cheap[0]:+.2f} USD for "
+                     f"{(cheap[4] - fast[4]):.2f} h sooner"))  # fmt: skip
+    return lines

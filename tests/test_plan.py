@@ -35,6 +35,22 @@ def test_plan_stop_reproduces_the_published_figures() -> None:
     assert "for 20 h     destroy, then rebuild: $1.39 stopped" in longer.stdout
 
 
+def test_plan_cost_ranks_cards_by_the_run_not_the_hour() -> None:
+    """The guide's point, in numbers: the card cheapest per hour is not the cheapest run."""
+    result = trainbox(
+        "plan", "cost", "--epochs", "100", "--overhead-min", "10",
+        "--card", "A10=0.30:900", "--card", "RTX 4090=0.69:310", "--card", "H100 SXM=2.99:95",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split()[0] for line in lines[:3]] == ["RTX", "A10", "H100"]
+    # (100 x 310 s + 600 s) at $0.69/h
+    assert lines[0].endswith("$0.0594 per epoch; 100 epochs + 10 min: 8.78 h, $6.06")
+    assert lines[3] == "cheapest     RTX 4090; fastest H100 SXM, +2.33 USD for 5.97 h sooner"
+    bad = trainbox("plan", "cost", "--epochs", "3", "--card", "A10=0.30")
+    assert bad.returncode == 2 and "expected NAME=USD_PER_HOUR:SECONDS_PER_EPOCH" in bad.stderr
+
+
 def test_plan_disk_adds_data_checkpoints_and_a_margin(hub: Hub, tmp_path: Path) -> None:
     (tmp_path / "shapes").mkdir()
     (tmp_path / "shapes" / "data.yaml").write_text("names: {0: a}\n")

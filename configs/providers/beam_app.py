@@ -43,6 +43,9 @@ SETTINGS = {
     "EPOCHS": "100",
     "STOP_GRACE": "25",  # within beta9's 30 s worker.terminationGracePeriod
     "MAX_RUNTIME": str(TIMEOUT - 300),  # the grace and the shutdown fit before Beam's end
+    # USD per hour of gpu= below, from beam.cloud/pricing; no API tells the container.
+    # 0: no money figures; MAX_COST needs it.
+    "PRICE_PER_HOUR": "0",
 }
 RUNNER_ONLY = ("BETA9_TOKEN",)  # the runner's workspace token: nothing trainbox needs
 

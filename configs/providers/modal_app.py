@@ -41,6 +41,9 @@ SETTINGS = {
     "EPOCHS": "100",
     "STOP_GRACE": "20",  # of Modal's 30 s; the rest for supervisord's exit and the commit
     "MAX_RUNTIME": str(TIMEOUT - 300),  # the grace and the shutdown fit before Modal's end
+    # USD per hour of gpu= below, from modal.com/pricing (per second there: x 3600); no API
+    # tells the container. 0: no money figures; MAX_COST needs it.
+    "PRICE_PER_HOUR": "0",
 }
 
 app = modal.App("trainbox")

@@ -212,3 +212,45 @@ def ask(found: Request, dry_run: bool = False) -> bool:
         log.error("%s could not be asked (%s)", found.provider, err)
         return False
     return True
+
+
+class PriceUnknown(Exception):
+    """The provider could not tell this machine's price: the one line says why."""
+
+
+def price(found: Machine, vast_api_url: str, runpod_api_url: str) -> float:
+    """This machine's price in USD per hour, as its provider's API says it: RunPod's pod
+    ``cost`` ("Current cost in USD per hour"), vast.ai's instance ``dph_total`` ("total
+    dollars per hour", disk included). One request, with the machine's own key."""
+    if not found.key:
+        raise PriceUnknown(f"{found.provider} gave this container no API key")
+    if found.provider == "vast.ai":  # as vast-cli's ``show instance`` asks
+        url = f"{vast_api_url.rstrip('/')}/api/v0/instances/{found.id}/?owner=me"
+    else:
+        url = f"{runpod_api_url.rstrip('/')}/v2/pods/{found.id}"
+    call = urllib.request.Request(url, method="GET")
+    call.add_unredirected_header("Authorization", f"Bearer {found.key}")
+    try:
+        with urllib.request.urlopen(call, timeout=30) as answer:
+            body = json.loads(answer.read() or b"{}")
+    except urllib.error.HTTPError as err:
+        raise PriceUnknown(f"{found.provider} answered HTTP {err.code} to GET {url}") from None
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        raise PriceUnknown(f"{found.provider} could not be asked ({err})") from None
+    return _dollars_per_hour(found.provider, body)
+
+
+def _dollars_per_hour(provider: str, body: object) -> float:
+    """The price in an answer: vast.ai nests the instance under ``instances`` (one object, null
+    once it is gone: vast-cli's ``show instance``); RunPod answers the pod itself (v2 says
+    ``cost``; v1 and GraphQL said ``adjustedCostPerHr``, ``costPerHr``)."""
+    if provider == "vast.ai":
+        record = body.get("instances") if isinstance(body, dict) else None
+        value = record.get("dph_total") if isinstance(record, dict) else None
+    else:
+        record = body if isinstance(body, dict) else {}
+        said = [record.get(k) for k in ("cost", "adjustedCostPerHr", "costPerHr")]
+        value = next((v for v in said if isinstance(v, int | float) and v > 0), None)
+    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+        raise PriceUnknown(f"{provider}'s answer holds no price for this machine")
+    return float(value)

@@ -21,10 +21,10 @@ from entrypoint.dataset import stage as dataset
 from entrypoint.errors import MEANINGS, ExitCode, TrainboxError
 from entrypoint.gateways import hub, provider
 from entrypoint.preflight import check as preflight
-from entrypoint.runtime import disk, ending, ssh, supervise, watchdog
+from entrypoint.runtime import disk, ending, pricing, ssh, supervise, watchdog
 from entrypoint.settings import options
 from entrypoint.settings.config import Config
-from entrypoint.state import budget, prepared, status, store, view
+from entrypoint.state import budget, cost, prepared, status, store, view
 from entrypoint.state.prepared import Prepared
 from entrypoint.training import distributed, export, outputs, progress, publish, resume, weights
 from entrypoint.upload import uploader as upload
@@ -81,6 +81,7 @@ def _run(cfg: Config) -> int:
     status.record(cfg.workspace, status.ended(code), exit_code=int(code),
                   **({"reason": reason} if reason else {}))  # fmt: skip
     _report_billing(cfg)  # what the machine cost without training; ON_EXIT acts after it
+    _report_cost(cfg)
     if reason:  # the last line: why, and what to do
         log.error("exit %d: %s; %s", code, reason, MEANINGS.get(code, ("", "see the log"))[1])
     return code
@@ -110,6 +111,44 @@ def _report_billing(cfg: Config) -> None:
     if bill:
         status.note(cfg.workspace, billed=bill)
         log.info(view.billed_line(bill))
+
+
+def _within_budget(cfg: Config, previous: dict | None) -> None:
+    """MAX_COST, before anything is staged: a run whose earlier containers spent it, or would
+    with one more epoch (the rule at each epoch's end), ends here."""
+    if not cfg.max_cost:
+        return
+    spent, per_epoch = pricing.before_start(cfg.run_dir, previous)
+    if spent + per_epoch > cfg.max_cost:
+        raise TrainboxError(
+            f"MAX_COST=${cfg.max_cost:.2f} reached: the run has cost ${spent:.2f} in its earlier "
+            f"containers"
+            + (f" and an epoch costs ${per_epoch:.2f}" if per_epoch else "")
+            + "; nothing was staged or trained; raise MAX_COST to train on",
+            ExitCode.BUDGET,
+        )
+
+
+def _report_cost(cfg: Config) -> None:
+    """What the run has cost, in the status and the last lines; without OUTPUT_REPO into the
+    volume's manifest (with it, the final upload recorded it, up to its start)."""
+    now = time.time()
+    if cfg.output_repo:
+        mine = cost.container(cfg.workspace, now, training_over=True)
+    else:
+        mine = publish.record_final_cost(cfg.workspace, cfg.run_dir)
+    if mine is None:
+        return
+    state = {**status.read(cfg.workspace), "training": progress.training(cfg.run_dir)[0]}
+    if not (money := pricing.figures(cfg, state, now)) or "spent" not in money:
+        return
+    status.note(cfg.workspace, cost=money)
+    log.info("cost: the run has cost $%.2f (%s of it idle: before and after training), this "
+             "container $%.2f at $%.3f/h (%s)", money["spent"], f"${money['idle']:.2f}",
+             mine["usd"], mine["per_hour"], mine["source"])  # fmt: skip
+    if cfg.max_cost and money["spent"] > cfg.max_cost:
+        log.info("cost: MAX_COST=$%.2f passed by $%.2f (the epoch in progress and the end)",
+                 cfg.max_cost, money["spent"] - cfg.max_cost)  # fmt: skip
 
 
 def _uploaded_bill(cfg: Config) -> dict | None:
@@ -193,7 +232,9 @@ def _prepare(cfg: Config, runtime: Path | None = None) -> "int | Prepared":
             return ExitCode.OK
         if previous is None and cfg.node_rank == 0:  # a new run: can we write? before all else
             upload.prepare(cfg, publish.provenance(cfg, verdict, None))
+        _within_budget(cfg, previous)
     else:
+        _within_budget(cfg, None)
         log.warning(
             "OUTPUT_REPO is not set: the weights stay on this volume only; if the "
             "machine goes, they go with it"
@@ -220,9 +261,11 @@ def _prepare(cfg: Config, runtime: Path | None = None) -> "int | Prepared":
         dataset.stage(cfg, source)
     fetching.result()
     manifest = publish.provenance(cfg, verdict, dataset.identity(cfg))
+    kept = previous or store.manifest(publish.folder(cfg.run_dir))
+    for key in ("billed", "costs"):  # the run's earlier containers
+        manifest[key] = kept.get(key, [])
     if previous:  # the Hub keeps the run's manifest until the resume is known to be right
         resume.check_dataset(cfg, previous, manifest)
-        manifest["billed"] = previous.get("billed", [])  # the run's earlier containers
         if cfg.node_rank == 0:
             upload.prepare(cfg, manifest)  # writes it here too
     else:

@@ -1,9 +1,10 @@
 """Watchdogs: a run never bills forever.
 
 ``MAX_RUNTIME`` bounds the container's whole life; ``STALL_TIMEOUT`` ends a run that makes no
-progress (no staging bytes, no finished epoch, no train.log line). Training then stops, the
-final upload runs, and the container exits with its own code (8 or 9) and the reason in its
-status file.
+progress (no staging bytes, no finished epoch, no train.log line); ``MAX_COST`` ends one whose
+next epoch would pass its budget (``runtime.pricing`` reads the price, ``state.cost`` adds it
+up). Training then stops, the final upload runs, and the container exits with its own code
+(8, 9 or 12) and the reason in its status file.
 
 One watchdog, from the preflight to the final upload: a process of its own, started by the
 job, that checks the status file every 2 s, keeps its training and upload fields fresh, and
@@ -25,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.runtime import pricing
 from entrypoint.settings.config import Config
-from entrypoint.state import status, store
+from entrypoint.state import cost, status, store
 from entrypoint.training import progress
 
 log = logging.getLogger("trainbox")
@@ -46,6 +48,8 @@ def verdict(cfg: Config, state: dict[str, Any], now: float | None = None) -> Tra
             " raise MAX_RUNTIME (or set 0) to train longer, a restart resumes",
             ExitCode.TIME_LIMIT,
         )
+    if cfg.max_cost and (error := _over_budget(cfg, state)):
+        return error
     quiet = store.age(state.get("progress_at"), now)
     if cfg.stall_timeout and quiet is not None and quiet >= cfg.stall_timeout:
         return TrainboxError(
@@ -54,6 +58,34 @@ def verdict(cfg: Config, state: dict[str, Any], now: float | None = None) -> Tra
             ExitCode.STALLED,
         )
     return None
+
+
+def _over_budget(cfg: Config, state: dict[str, Any]) -> TrainboxError | None:
+    """MAX_COST: in training, once an epoch has ended whose spend plus one more epoch passes
+    the budget (the same answer until the next epoch ends); before training, once the spend
+    has reached it."""
+    money, phase = state.get("cost") or {}, state.get("phase", "?")
+    if "spent" not in money:
+        return None
+    budget = f"MAX_COST=${cfg.max_cost:.2f}"
+    if phase != "training":
+        if money["spent"] < cfg.max_cost:
+            return None
+        return TrainboxError(f"{budget} reached during {phase} (${money['spent']:.2f} spent): "
+                             f"stopped{_kept(cfg, phase)}; raise MAX_COST to train on",
+                             ExitCode.BUDGET)  # fmt: skip
+    training = state.get("training") or {}
+    done, total = training.get("completed_epochs", 0), training.get("total_epochs", 0)
+    if "per_epoch" not in money or "at_epoch_end" not in money or not 0 < done < total:
+        return None
+    if money["at_epoch_end"] + money["per_epoch"] <= cfg.max_cost:
+        return None
+    return TrainboxError(
+        f"{budget}: ${money['at_epoch_end']:.2f} spent when epoch {done} ended, and epoch "
+        f"{done + 1} would cost ${money['per_epoch']:.2f} more: stopped after epoch {done}"
+        f"{_kept(cfg, phase)}; raise MAX_COST to train on, a restart resumes",
+        ExitCode.BUDGET,
+    )
 
 
 def _kept(cfg: Config, phase: str) -> str:
@@ -118,8 +150,13 @@ def refresh(cfg: Config) -> dict[str, Any]:
         else None
     )
     fields: dict[str, Any] = {"upload": upload, "progress_at": progress_at}
-    if status.read(cfg.workspace).get("phase") == "training":
-        fields.update(training=training, profile=progress.profile(cfg.run_dir))
+    state = status.read(cfg.workspace)
+    if state.get("phase") == "training":
+        found = progress.profile(cfg.run_dir)
+        fields.update(training=training, profile=found and cost.advice(
+            found, cost.price_now(cfg.workspace)))  # fmt: skip
+    if money := pricing.figures(cfg, {**state, **fields}):
+        fields["cost"] = money
     status.note(cfg.workspace, **fields)
     return status.read(cfg.workspace)
 
@@ -131,7 +168,9 @@ def program(cfg: Config, runtime: Path) -> int:
     stops and whose uploader pushes the last epoch."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    price = pricing.Pricing(cfg)
     while True:
+        price.read(time.time())
         state = refresh(cfg)
         if error := verdict(cfg, state):
             log.error("watchdog: %s", error)

@@ -88,6 +88,16 @@ def _fraction(raw: Any) -> float:
     return value
 
 
+def _dollars(raw: Any) -> float:
+    try:
+        value = float(str(raw).strip().lstrip("$"))
+    except (TypeError, ValueError):
+        value = -1.0
+    if not 0 <= value < 1e6:
+        raise ValueError("expected US dollars, such as 2.49 (`0`: none)")
+    return value
+
+
 def _device(raw: Any) -> str:
     text = str(raw).strip().lower().replace(" ", "")
     if text in {"auto", "cpu"} or re.fullmatch(r"\d+(,\d+)*", text):
@@ -301,6 +311,19 @@ class Config:
         "seconds to wait, once the provider took ON_EXIT's request, for the platform to stop "
         "this container; past them it says the stop has not come, and on RunPod (which starts "
         "an exited container again) it stays up, idle, until the machine is stopped",
+    )
+    price_per_hour: float = setting(
+        0.0,
+        _dollars,
+        "what this machine costs, in USD per hour (all its GPUs, disk included): the figure of "
+        "your provider's console; overrides the one read from RunPod's or vast.ai's API; `0`: "
+        "read it there, elsewhere no money figures",
+    )
+    max_cost: float = setting(
+        0.0,
+        _dollars,
+        "budget in USD for the whole run, across restarts: at an epoch's end, when the next "
+        "epoch would pass it, stop, upload that epoch and exit 12; `0`: none",
     )
     vast_api_url: str = setting("https://console.vast.ai", _text, "vast.ai's API, for ON_EXIT")
     runpod_api_url: str = setting(

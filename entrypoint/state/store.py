@@ -130,6 +130,17 @@ def mark(workspace: Path, *, fresh: bool = False, **moments: float) -> None:
         _write(file, {**kept, **{name: stamp(at) for name, at in moments.items()}})
 
 
+def prices(workspace: Path) -> dict[str, Any]:
+    """The machine's price as this container read it (``state.cost``): ``container_started``,
+    ``source``, ``history`` ([stamp, USD per hour] at each change), or ``unknown`` (why)."""
+    return read_json(_mine(workspace, "price"))
+
+
+def write_prices(workspace: Path, held: dict[str, Any]) -> None:
+    """Written by the watchdog alone."""
+    _write(_mine(workspace, "price"), held)
+
+
 def ledger(workspace: Path, repo: str, run: str) -> dict[str, Any]:
     """The uploader's record of what ``repo`` holds of ``run``: ``files``
     ({path: {sha256, commit}}) and ``state``. One per repo and run, so that a new

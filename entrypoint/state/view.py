@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from entrypoint.state import cost, store
 from entrypoint.state import status as state
-from entrypoint.state import store
 
 
 def billed_line(bill: dict[str, Any]) -> str:
@@ -80,19 +80,21 @@ def human(status: dict[str, Any], now: float | None = None) -> str:
     if found := status.get("profile"):
         lines.append(
             f"profile  {found['bound']} bound, {found['step_ms']:.0f} ms/step, "
-            f"{found['img_per_s']:.0f} img/s: {found['why']}"
+            f"{found['img_per_s']:.1f} img/s: {found['why']}"
         )
-        if found["bound"] in ("dataloader", "host / launch"):
-            lines.append(
-                "warning  a faster GPU would not help this run: more WORKERS (dataloader) or a "
-                "bigger BATCH (host/launch) would"
-            )
+        if "per_1000_images" in found:
+            lines.append(f"profile  ${found['per_1000_images']:.4f} per 1,000 images at this "
+                         "price and speed")  # fmt: skip
+        if found.get("advice"):
+            lines.append(f"advice   {found['advice']}")
     if "upload" in status:
         lines += _upload_lines(status["upload"])
     if waiting := status.get("waiting"):
         lines.append(f"waiting  {waiting}")
     if "exit_code" in status:
         lines.append(f"exit     {status['exit_code']}: {status.get('reason', status['phase'])}")
+    if money := status.get("cost"):
+        lines.append(f"cost     {cost.line(money)}")
     if bill := status.get("billed"):
         lines.append(f"idle     {billed_line(bill)}")
     problem = state.health(status, now)

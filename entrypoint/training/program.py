@@ -13,9 +13,9 @@ from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.preflight import check as preflight
 from entrypoint.settings import options
 from entrypoint.settings.config import Config
-from entrypoint.state import store
+from entrypoint.state import cost, store
 from entrypoint.state.prepared import Prepared
-from entrypoint.training import distributed, export, publish, weights
+from entrypoint.training import distributed, export, progress, publish, weights
 from entrypoint.training.publish import Publisher
 from entrypoint.training.weights import architecture
 
@@ -25,15 +25,21 @@ PROFILE = "profile"  # runs/RUN_NAME/profile: the PROFILE_STEPS pass
 
 
 class EpochLog:
-    """One plain line per finished epoch, readable in ``docker logs`` between progress bars.
+    """One plain line per finished epoch, readable in ``docker logs`` between progress bars,
+    with what the epoch cost once the machine's price is known.
 
     A plain class at module level: under DDP, callbacks must be picklable.
     """
+
+    def __init__(self, workspace: Path) -> None:
+        self.workspace = str(workspace)
 
     def on_train_epoch_end(self, event: Any) -> None:
         metric = ""
         if event.current_metric is not None:
             metric = f", {event.current_metric_name} {event.current_metric:.4f}"
+        if per_hour := cost.price_now(Path(self.workspace)):
+            metric += f", ${event.epoch_seconds * per_hour / 3600:.3f}"
         log.info(
             "epoch %d/%d done in %.1fs: loss %.4f%s",
             event.epoch,
@@ -115,10 +121,16 @@ def profile(cfg: Config, run: Prepared) -> None:
         profile_steps=cfg.profile_steps,
         profile_open=False,
     )
-    if not (folder / "profile_summary.json").is_file():
+    if not (found := progress.profile(cfg.run_dir)):
         log.warning(
             "PROFILE_STEPS=%d: more steps than one epoch has; no verdict", cfg.profile_steps
         )
+        return
+    found = cost.advice(found, cost.price_now(cfg.workspace))
+    money = (f"; ${found['per_1000_images']:.4f} per 1,000 images at this price"
+             if "per_1000_images" in found else "")  # fmt: skip
+    log.info("profile: %s bound, %.0f ms/step, %.1f img/s%s: %s", found["bound"],
+             found["step_ms"], found["img_per_s"], money, found["advice"])  # fmt: skip
 
 
 def train(cfg: Config, run: Prepared) -> None:
@@ -139,7 +151,8 @@ def train(cfg: Config, run: Prepared) -> None:
     else:
         log.info("training %s on %s into %s", cfg.model, run.data_yaml, cfg.run_dir)
     # Global rank 0 alone logs epochs, keeps the clock and publishes.
-    callbacks = [EpochLog(), Clock(cfg.workspace), Publisher()] if distributed.rank() == 0 else []
+    callbacks = ([EpochLog(cfg.workspace), Clock(cfg.workspace), Publisher(cfg.workspace)]
+                 if distributed.rank() == 0 else [])  # fmt: skip
     model.train(
         **_on_this_data(cfg, run),
         epochs=cfg.epochs,

@@ -20,13 +20,15 @@ any folder holding one for a run) show a second, phantom run ``run/published``.
 import contextlib
 import logging
 import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Any
 
 from entrypoint.atomic import SourceChanged, copy_atomic
 from entrypoint.dataset.archive import sha256
-from entrypoint.state import store
+from entrypoint.state import cost, store
+from entrypoint.training import progress
 
 log = logging.getLogger("trainbox")
 
@@ -117,14 +119,34 @@ def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
 
 
 def record_billing(run_dir: Path, bill: dict[str, Any]) -> None:
-    """Keep this container's billed idle seconds (``budget.billed``) in the run's manifest, one
-    entry per container the run has had (a resumed run carries the earlier ones)."""
+    """Keep this container's billed idle seconds (``budget.billed``) in the run's manifest."""
+    _keep(run_dir, "billed", bill)
+
+
+def record_cost(run_dir: Path, spent: dict[str, Any]) -> None:
+    """Keep what this container has cost (``cost.container``) in the run's manifest."""
+    _keep(run_dir, "costs", spent)
+
+
+def record_final_cost(workspace: Path, run_dir: Path) -> dict[str, Any] | None:
+    """This container's cost at its end (``record_cost``), its last epoch's seconds from
+    LibreYOLO's status; the entry, or None while no price is known."""
+    seconds = progress.training(run_dir)[0].get("epoch_seconds")
+    spent = cost.container(workspace, time.time(), training_over=True, epoch_seconds=seconds)
+    if spent:
+        record_cost(run_dir, spent)
+    return spent
+
+
+def _keep(run_dir: Path, key: str, entry: dict[str, Any]) -> None:
+    """One entry per container the run has had under ``key`` (a resumed run carries the
+    earlier ones), this container's replaced."""
     file = folder(run_dir) / MANIFEST
     if not (manifest := store.manifest(folder(run_dir))):
         return
-    earlier = [entry for entry in manifest.get("billed", [])
-               if entry.get("container_started") != bill["container_started"]]  # fmt: skip
-    write_manifest(run_dir, {**manifest, "billed": [*earlier, bill]})
+    earlier = [e for e in manifest.get(key, [])
+               if e.get("container_started") != entry["container_started"]]  # fmt: skip
+    write_manifest(run_dir, {**manifest, key: [*earlier, entry]})
     index = read_index(run_dir)
     if MANIFEST in index["files"]:  # published: the uploader pushes the new one
         index["files"][MANIFEST] = sha256(file)
@@ -138,9 +160,12 @@ class Publisher:
     on the main process only.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, workspace: Path | None = None) -> None:
         self.epoch = 0  # the last epoch finished in this process
         self._copying: threading.Thread | None = None  # the last epoch's copy
+        # Where this container's price is kept: each epoch's copy carries what the container
+        # has cost so far in the manifest, so a preempted container's spend is on the Hub.
+        self.workspace = str(workspace) if workspace else None
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_copying": None}  # a thread does not pickle (DDP)
@@ -151,11 +176,17 @@ class Publisher:
         self.wait()
         run_dir, last = Path(event.save_dir), event.epoch >= event.total_epochs
         self._copying = threading.Thread(target=self._publish, name="publish",
-                                         args=(run_dir, event.epoch, last))  # fmt: skip
+                                         args=(run_dir, event.epoch, last,
+                                               event.epoch_seconds))  # fmt: skip
         self._copying.start()
 
-    def _publish(self, run_dir: Path, epoch: int, last: bool = False) -> None:
+    def _publish(self, run_dir: Path, epoch: int, last: bool = False,
+                 seconds: float | None = None) -> None:  # fmt: skip
         try:
+            if self.workspace and (spent := cost.container(
+                    Path(self.workspace), time.time(), training_over=False,
+                    epoch_seconds=seconds)):  # fmt: skip
+                record_cost(run_dir, spent)
             publish(run_dir, epoch)
         except SourceChanged as err:
             follows = "the end of training's copy" if last else "the next epoch's copy"

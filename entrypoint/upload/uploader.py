@@ -34,7 +34,14 @@ from entrypoint.gateways import hub
 from entrypoint.settings.config import Config
 from entrypoint.state import budget, status, store
 from entrypoint.training import resume
-from entrypoint.training.publish import INDEX, MANIFEST, read_index, record_billing, write_manifest
+from entrypoint.training.publish import (
+    INDEX,
+    MANIFEST,
+    read_index,
+    record_billing,
+    record_final_cost,
+    write_manifest,
+)
 from entrypoint.training.publish import folder as published
 
 log = logging.getLogger("trainbox")
@@ -205,6 +212,7 @@ def flush(cfg: Config, uploader: Uploader | None = None, stopped_at: float | Non
     status.record(cfg.workspace, "uploading")
     if bill := budget.billed(cfg.workspace, time.time()):  # up to this upload
         record_billing(cfg.run_dir, bill)
+    record_final_cost(cfg.workspace, cfg.run_dir)
     outcome: list[bool] = []
 
     def attempts() -> None:

@@ -79,7 +79,16 @@ def step_wait(megabytes: float, rounds: int, epoch_seconds: float) -> None:
                 waits["in the step"].append(time.monotonic() - started)
                 continue
             publisher.on_train_epoch_end(
-                type("Event", (), {"epoch": epoch, "total_epochs": 2 * rounds, "save_dir": run})
+                type(
+                    "Event",
+                    (),
+                    {
+                        "epoch": epoch,
+                        "total_epochs": 2 * rounds,
+                        "save_dir": run,
+                        "epoch_seconds": 1.0,
+                    },
+                )
             )
             waits["in a thread"].append(time.monotonic() - started)
             publisher.wait()  # the epoch trains meanwhile; not the step's wait

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from entrypoint.errors import ExitCode
-from tests.container.conftest import TRAIN, docker, hub_env
+from tests.container.conftest import TRAIN, docker, hub_env, in_volume
 from tests.standins.hub import Hub
 from tests.standins.provider import Provider
 
@@ -24,6 +24,9 @@ STOP = {"RunPod": ("POST", "/v2/pods/pod7/action", "Bearer rp-key-456", {"action
         "vast.ai": ("PUT", "/api/v0/instances/4242/", "Bearer vast-key-123",
                     {"state": "stopped"})}  # fmt: skip
 MOST_STARTS = 4  # a loop is shown by this many starts; the real one would not end
+# The price each API answers (a pod's ``cost``, an instance's ``dph_total``), and where.
+PRICE = {"RunPod": 0.69, "vast.ai": 1.0020741}
+READ = {"RunPod": "/v2/pods/pod7", "vast.ai": "/api/v0/instances/4242/?owner=me"}
 
 
 class Machine:
@@ -88,6 +91,7 @@ def start(
 ) -> tuple[Machine, str]:  # fmt: skip
     """One machine's life until the platform stops starting its container."""
     machine_env = RUNPOD if kind == "RunPod" else VAST
+    provider.per_hour = PRICE[kind]
     url = {"RUNPOD_API_URL" if kind == "RunPod" else "VAST_API_URL": provider.url}
     machine = Machine(kind, image, volume, {**TRAIN, **machine_env, **url, "MONITOR": "false",
                                             "EPOCHS": "1", **env})  # fmt: skip
@@ -123,6 +127,7 @@ def test_a_completed_run_an_early_failure_and_a_restart_each_end_in_one_stop(
     assert done.codes == [ExitCode.OK], logs[-3000:]
     assert (done.starts, provider.requests) == (1, [STOP[kind]]), logs[-3000:]
     assert "final upload done" in logs and "paths-info" in json.dumps(hub.requests)
+    _the_price_was_the_providers(kind, image, volume, hub, provider, done, logs)
     # The stopped machine started again (by its user): the run is complete, so one stop.
     provider.requests.clear()
     again, logs = start(kind, image, volume, provider, report, "completed run, started again",
@@ -130,6 +135,25 @@ def test_a_completed_run_an_early_failure_and_a_restart_each_end_in_one_stop(
     assert again.codes == [ExitCode.OK] and "already completed" in logs, logs[-3000:]
     assert (again.starts, provider.requests) == (1, [STOP[kind]]), logs[-3000:]
     assert "rp-key-456" not in logs and "vast-key-123" not in logs
+
+
+def _the_price_was_the_providers(kind: str, image: str, volume: str, hub: Hub,
+                                 provider: Provider, done: Machine, logs: str) -> None:  # fmt: skip
+    """The completed run's money, from the price the provider's API answered: the container's
+    spend against its seconds as the machine billed them, an epoch's against its seconds."""
+    assert [path for path, _ in provider.reads][:1] == [READ[kind]]
+    state = json.loads(in_volume(image, volume, "cat", "/workspace/trainbox/status.json"))
+    money, training = state["cost"], state["training"]
+    assert (money["source"], money["per_hour"]) == (kind, PRICE[kind])
+    assert money["spent"] == pytest.approx(PRICE[kind] * done.billed / 3600, rel=0.08)
+    assert money["per_epoch"] == pytest.approx(training["epoch_seconds"] * PRICE[kind] / 3600,
+                                               abs=1e-4)  # fmt: skip
+    assert money["projected"] == money["spent"]  # no epoch left
+    assert 0 < money["idle"] < money["spent"]
+    [entry] = json.loads(hub.repos["models/org/weights"].files["run/manifest.json"])["costs"]
+    assert (entry["source"], entry["per_hour"]) == (kind, PRICE[kind])
+    assert entry["usd"] <= money["spent"]  # up to the final upload's start
+    assert "epoch 1/1 done in" in logs and "cost: the run has cost $" in logs
 
 
 def test_a_start_that_cannot_stop_its_pod_stays_up_idle(

@@ -112,7 +112,9 @@ def test_a_dropped_copy_of_the_last_epoch_names_the_end_of_trainings_copy(
     with caplog.at_level("INFO", logger="trainbox"):
         for epoch in (1, 2):
             publisher.on_train_epoch_end(
-                SimpleNamespace(save_dir=str(tmp_path), epoch=epoch, total_epochs=2)
+                SimpleNamespace(
+                    save_dir=str(tmp_path), epoch=epoch, total_epochs=2, epoch_seconds=1.0
+                )
             )
             publisher.wait()
     first, last = [r.getMessage() for r in caplog.records if "not published" in r.getMessage()]

@@ -151,7 +151,9 @@ def test_the_end_of_a_resumed_run_publishes_its_last_epoch_not_this_sessions_cou
     """libreyolo's end event counts this session's epochs only: 3 after resuming at epoch 2."""
     callback = publish.Publisher()
     for epoch in (3, 4, 5):
-        callback.on_train_epoch_end(SimpleNamespace(save_dir=str(run), epoch=epoch, total_epochs=3))
+        callback.on_train_epoch_end(
+            SimpleNamespace(save_dir=str(run), epoch=epoch, total_epochs=3, epoch_seconds=1.0)
+        )
     callback.on_train_end(SimpleNamespace(save_dir=str(run), completed_epochs=3))
     assert publish.read_index(run)["epoch"] == 5
 
@@ -175,13 +177,17 @@ def test_a_checkpoint_rewritten_while_it_is_copied_is_never_published(
     (run / "weights" / "last.pt").write_bytes(b"epoch 2 weights" * 1000)
     monkeypatch.setattr(atomic.os, "fstat", saved_meanwhile)
     callback = publish.Publisher()
-    callback.on_train_epoch_end(SimpleNamespace(save_dir=str(run), epoch=2, total_epochs=3))
+    callback.on_train_epoch_end(
+        SimpleNamespace(save_dir=str(run), epoch=2, total_epochs=3, epoch_seconds=1.0)
+    )
     callback.wait()
     assert (publish.folder(run) / "last.pt").read_bytes() == whole
     assert publish.read_index(run)["epoch"] == 1
     assert not [p for p in publish.folder(run).iterdir() if p.name.endswith(".tmp")]
     monkeypatch.undo()
-    callback.on_train_epoch_end(SimpleNamespace(save_dir=str(run), epoch=3, total_epochs=3))
+    callback.on_train_epoch_end(
+        SimpleNamespace(save_dir=str(run), epoch=3, total_epochs=3, epoch_seconds=1.0)
+    )
     callback.wait()
     assert (publish.folder(run) / "last.pt").read_bytes() == b"half of epoch 3"  # its own copy
     assert publish.read_index(run)["epoch"] == 3

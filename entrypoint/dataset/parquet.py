@@ -38,6 +38,13 @@ def split_of(name: str) -> str:
     return found.group(1) if found else ""
 
 
+def config_of(name: str) -> str:
+    """The config (subset) a parquet file belongs to: the folder before its split's part
+    (``data`` for push_to_hub's default config; '' at the repo's top)."""
+    found = SPLIT_IN_NAME.search(name)
+    return name[: found.start()] if found else str(Path(name).parent).removeprefix(".")
+
+
 @dataclass(frozen=True)
 class Schema:
     """The columns to read and what they mean."""

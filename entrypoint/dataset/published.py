@@ -66,13 +66,14 @@ class Source:
                 "sha256": self.sha256, "size": self.size}  # fmt: skip
 
 
-def source(listing: hub.Listing, form: str, shown: list[str]) -> Source:
-    """What to fetch for ``form``: the parquet files of known splits; every file under a YOLO
-    data.yaml's folder; a COCO folder's JSON and images; an ImageFolder's images; the zip."""
+def source(listing: hub.Listing, form: str, shown: list[str], config: str = "") -> Source:
+    """What to fetch for ``form``: the parquet files of known splits, of one config; every file
+    under a YOLO data.yaml's folder; a COCO folder's JSON and images; an ImageFolder's images;
+    the zip."""
     files = [f for f in listing.files if not f.name.startswith(".")]
     if form == "parquet":
-        keep = [f for f in files if f.name.endswith(".parquet")
-                and split_of(f.name)]  # fmt: skip
+        keep = _one_config([f for f in files if f.name.endswith(".parquet")
+                            and split_of(f.name)], config, listing.repo)  # fmt: skip
         if not keep:
             raise TrainboxError(
                 f"DATASET_REPO={listing.repo}: its parquet files name no train, validation or "
@@ -88,6 +89,24 @@ def source(listing: hub.Listing, form: str, shown: list[str]) -> Source:
         keep = [f for f in files if forms.COCO_JSON.search(f.name) or forms.is_image(f.name)]
     card = next((f for f in listing.files if f.name == "README.md"), None)
     return Source(listing.repo, listing.revision, listing.commit, form, tuple(keep), card)
+
+
+def _one_config(files: list[hub.RemoteFile], config: str, repo: str) -> list[hub.RemoteFile]:
+    """The files of DATASET_CONFIG, or of the only config there is: several configs (subsets)
+    are different datasets, and the Hub's conversion branch holds every one."""
+    configs = sorted({parquet.config_of(f.name) for f in files})
+    wanted = {config, "data" if config == "default" else config}
+    if config:
+        if not wanted & set(configs):
+            raise TrainboxError(f"DATASET_CONFIG={config}: {repo} has no such config; it has "
+                                f"{', '.join(c or '.' for c in configs)}",
+                                ExitCode.DATASET)  # fmt: skip
+        return [f for f in files if parquet.config_of(f.name) in wanted]
+    if len(configs) > 1:
+        raise TrainboxError(f"DATASET_REPO={repo} holds {len(configs)} configs (subsets): "
+                            f"{', '.join(c or '.' for c in configs)}; set DATASET_CONFIG to one",
+                            ExitCode.DATASET)  # fmt: skip
+    return files
 
 
 def split_of(name: str) -> str | None:

@@ -99,7 +99,7 @@ def resolve(cfg: Config, *, wait: float) -> Source:
     listing = hub.listing(hub.Target("DATASET_REPO", repo, "", revision), wait=wait)
     form, shown = forms.decide(repo, revision, [f.name for f in listing.files], cfg.dataset_format)
     if form != "trainbox":
-        return published.source(listing, form, shown)
+        return published.source(listing, form, shown, cfg.dataset_config)
     name = next(n for n in shards.defaults(repo) if n in shown)
     found = shards.resolve(repo, name, listing.commit, wait=wait)
     return replace(found, revision=revision)

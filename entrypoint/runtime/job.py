@@ -139,10 +139,13 @@ def _report_cost(cfg: Config) -> None:
         mine = publish.record_final_cost(cfg.workspace, cfg.run_dir)
     if mine is None:
         return
-    state = {**status.read(cfg.workspace), "training": progress.training(cfg.run_dir)[0]}
+    state = status.read(cfg.workspace)  # LibreYOLO's last fields over the watchdog's copy
+    state["training"] = {**state.get("training", {}), **progress.training(cfg.run_dir)[0]}
     if not (money := pricing.figures(cfg, state, now)) or "spent" not in money:
         return
-    status.note(cfg.workspace, cost=money)
+    # with the training fields it was computed from (LibreYOLO's last), so that it adds up
+    fresh = {"training": state["training"]} if state["training"] else {}
+    status.note(cfg.workspace, cost=money, **fresh)
     log.info("cost: the run has cost $%.2f (%s of it idle: before and after training), this "
              "container $%.2f at $%.3f/h (%s)", money["spent"], f"${money['idle']:.2f}",
              mine["usd"], mine["per_hour"], mine["source"])  # fmt: skip

@@ -211,6 +211,12 @@ class Config:
         "how DATASET_REPO is published; `auto`: decided from the repo's file list (see "
         "docs/datasets.md); set it when the repo fits several forms",
     )
+    dataset_config: str = setting(
+        "",
+        _text,
+        "the config (subset) of a parquet dataset that has several: its folder (`data` is "
+        "`default`); empty: the only one",
+    )
     bbox_format: str = setting(
         "auto",
         _choice("auto", *BOX_FORMATS),

@@ -40,13 +40,15 @@ def detections(count: int, seed: int) -> list[dict]:
 
 
 def push_detection(hub: Hub, repo: str, splits: dict[str, list[dict]], *, listed: bool = False,
-                   shard_size: str | None = None) -> None:  # fmt: skip
+                   shard_size: str | None = None, config: str = "default") -> None:  # fmt: skip
     """``push_to_hub`` of a detection DatasetDict: ``objects`` as a struct of lists (the Hub
-    guide's ``{"bbox": [...], "category": [...]}``) or, ``listed``, as a list of structs."""
-    _push(hub, _detection, repo, splits, listed, shard_size)
+    guide's ``{"bbox": [...], "category": [...]}``) or, ``listed``, as a list of structs; as
+    the config (subset) ``config``."""
+    _push(hub, _detection, repo, splits, listed, shard_size, config)
 
 
-def _detection(repo: str, splits: dict, listed: bool, shard_size: str | None) -> None:
+def _detection(repo: str, splits: dict, listed: bool, shard_size: str | None,
+               config: str) -> None:  # fmt: skip
     from datasets import ClassLabel, Dataset, DatasetDict, Features, List, Value
     from datasets import Image as ImageFeature
 
@@ -66,7 +68,7 @@ def _detection(repo: str, splits: dict, listed: bool, shard_size: str | None) ->
 
     data = DatasetDict({name: Dataset.from_dict(column(rows), features=features)
                         for name, rows in splits.items()})  # fmt: skip
-    data.push_to_hub(repo, max_shard_size=shard_size)
+    data.push_to_hub(repo, max_shard_size=shard_size, config_name=config)
 
 
 def push_classification(hub: Hub, repo: str, splits: dict[str, list[tuple[bytes, int]]]) -> None:

@@ -106,6 +106,26 @@ def test_a_parquet_without_features_takes_its_class_names_from_the_card(
     )  # fmt: skip
 
 
+def test_a_repo_of_several_configs_needs_dataset_config(hub: Hub, tmp_path: Path) -> None:
+    """Two configs pushed by ``datasets`` (``data/`` and ``small/``): different datasets, never
+    mixed; DATASET_CONFIG picks one (``default`` names ``data/``)."""
+    push_detection(hub, DET, {"train": detections(4, 41), "validation": detections(2, 42)})
+    small = {"train": detections(3, 43), "validation": detections(1, 44)}
+    push_detection(hub, DET, small, config="small")
+    result = stage(hub, tmp_path / "ws", DET)
+    assert result.returncode == ExitCode.DATASET, result.stderr[-3000:]
+    assert error_line(result).endswith("holds 2 configs (subsets): data, small; set "
+                                       "DATASET_CONFIG to one")  # fmt: skip
+    assert stage(hub, tmp_path / "none", DET, DATASET_CONFIG="large").returncode == 3
+    result = stage(hub, tmp_path / "ws", DET, DATASET_CONFIG="small")
+    assert result.returncode == 0, result.stderr[-3000:]
+    labels = yolo_labels(tmp_path / "ws" / "data" / "det" / "labels")
+    assert (
+        len(labels) == 4
+        and sum(map(len, labels.values())) == centres(small["train"] + small["validation"])[0]
+    )
+
+
 def test_a_train_only_set_holds_out_a_seeded_validation_share(hub: Hub, tmp_path: Path) -> None:
     push_detection(hub, DET, {"train": detections(40, 3)})
     first = stage(hub, tmp_path / "a", DET, VAL_FRACTION="0.25")

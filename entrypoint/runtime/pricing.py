@@ -22,15 +22,25 @@ SET_IT = "set PRICE_PER_HOUR (USD per hour for this machine) for money figures"
 
 class Pricing:
     """The watchdog's price reader: ``read`` starts a read when one is due, in a thread of its
-    own (a provider's answer may take its 30 s timeout; the watchdog checks every 2 s)."""
+    own (a provider's answer may take its 30 s timeout; the watchdog checks every 2 s). On
+    node 0 of a job of several machines, the price kept is the job's: this machine's plus the
+    other nodes' as they said it once training began (``training.distributed``)."""
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.due = 0.0
         self.said = ""
         self.reading: threading.Thread | None = None
+        self.own: float | None = None
+        self.source = ""
+        self.others: dict[str, float] = {}
+        self.lock = threading.Lock()
 
     def read(self, now: float) -> None:
+        job = self.cfg.nnodes > 1 and self.cfg.node_rank == 0
+        if job and (others := store.node_prices(self.cfg.workspace)) != self.others:
+            self.others = others
+            self._note(now, "")
         if now < self.due or (self.reading and self.reading.is_alive()):
             return
         self.due = now + cost.PRICE_SECONDS
@@ -39,14 +49,24 @@ class Pricing:
 
     def _read(self, now: float) -> None:
         per_hour, source, unknown = self._ask()
-        if per_hour is None and store.prices(self.cfg.workspace).get("history"):
+        if per_hour is None and self.own is not None:
             return  # keep the last price read; the next read may work again
-        cost.note_price(self.cfg.workspace, per_hour, source, now, unknown)
+        self.own, self.source = per_hour, source
+        self._note(now, unknown)
         if unknown and unknown != self.said:
             log.warning("no price for this machine: %s", unknown)
         elif per_hour is not None and not self.said.startswith("price"):
             log.info("price: $%.3f per hour (%s)", per_hour, source)
         self.said = unknown or f"price {per_hour}"
+
+    def _note(self, now: float, unknown: str) -> None:
+        """Keep the price: this machine's, plus the other nodes' once they said theirs."""
+        with self.lock:
+            if self.own is None and not unknown:
+                return
+            total = None if self.own is None else self.own + sum(self.others.values())
+            nodes = f" + {len(self.others)} other node(s)" if self.others else ""
+            cost.note_price(self.cfg.workspace, total, self.source + nodes, now, unknown)
 
     def _ask(self) -> tuple[float | None, str, str]:
         if self.cfg.price_per_hour:

@@ -141,6 +141,20 @@ def write_prices(workspace: Path, held: dict[str, Any]) -> None:
     _write(_mine(workspace, "price"), held)
 
 
+def node_prices(workspace: Path) -> dict[str, float]:
+    """The other nodes' prices (node rank -> USD per hour), as the job's rank 0 heard them in
+    this container (an earlier container's are not this one's)."""
+    held = read_json(workspace / FOLDER / "node-prices.json")
+    return held.get("prices", {}) if held.get("container_started") == clock(workspace).get(
+        "started") else {}  # fmt: skip
+
+
+def write_node_prices(workspace: Path, prices: dict[str, float]) -> None:
+    """Written by the job's rank 0 alone (``training.distributed``), on node 0's volume."""
+    _write(workspace / FOLDER / "node-prices.json",
+           {"container_started": clock(workspace).get("started"), "prices": prices})  # fmt: skip
+
+
 def ledger(workspace: Path, repo: str, run: str) -> dict[str, Any]:
     """The uploader's record of what ``repo`` holds of ``run``: ``files``
     ({path: {sha256, commit}}) and ``state``. One per repo and run, so that a new

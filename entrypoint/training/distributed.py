@@ -24,7 +24,7 @@ from typing import Any
 
 from entrypoint.errors import ExitCode
 from entrypoint.settings.config import Config
-from entrypoint.state import store
+from entrypoint.state import cost, store
 
 log = logging.getLogger("trainbox")
 
@@ -149,6 +149,7 @@ def chose(code: int, reason: str = "") -> None:
         store.write_code(Path(runtime), "rank", code, reason)
 
 
+PRICE = "trainbox/price/"  # + a node's rank: that machine's USD per hour
 FINISHED = "trainbox/finished"  # set by rank 0 once the last epoch is published
 FINISH_WAIT = datetime.timedelta(hours=1)  # the longest an export after training may take
 
@@ -158,13 +159,14 @@ class Heartbeat:
     collective fails, the ranks still alive can name the ones that went silent; and the
     ranks' last meeting (``finish``). ``stop`` before the rank returns."""
 
-    def __init__(self, store: Any, world: int) -> None:
+    def __init__(self, store: Any, world: int, workspace: Path | None = None) -> None:
         self.store, self.world, self.rank = store, world, rank()
+        self.workspace = workspace  # where this node's price is kept (``prices``)
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
 
     @classmethod
-    def start(cls) -> "Heartbeat | None":
+    def start(cls, workspace: Path | None = None) -> "Heartbeat | None":
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world < 2:
             return None
@@ -172,7 +174,7 @@ class Heartbeat:
 
         store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
                               is_master=False, timeout=datetime.timedelta(seconds=10))  # fmt: skip
-        pulse = cls(store, world)
+        pulse = cls(store, world, workspace)
         store.set(f"trainbox/node/{pulse.rank}", os.environ.get("GROUP_RANK", "?"))
         pulse._thread.start()
         return pulse
@@ -183,9 +185,30 @@ class Heartbeat:
             count += 1
             try:
                 self.store.set(f"trainbox/beat/{self.rank}", str(count))
+                self.prices()
             except Exception:  # the store is gone with node 0: silent() says so
                 return
             self._stopped.wait(HEARTBEAT_SECONDS)
+
+    def prices(self) -> None:
+        """The machines' prices, for the run's sum on node 0 (``runtime.pricing``): each other
+        node's first rank says its node's price; the job's rank 0 keeps theirs on its volume."""
+        if self.workspace is None:
+            return
+        node = int(os.environ.get("GROUP_RANK", "0"))
+        if self.rank == 0:
+            nodes = int(os.environ.get("GROUP_WORLD_SIZE", "1"))
+            keys = [f"{PRICE}{n}" for n in range(1, nodes)]
+            said = {k.removeprefix(PRICE): float(self.store.get(k)) for k in keys
+                    if self.store.check([k])}  # fmt: skip
+            if said and said != store.node_prices(self.workspace):
+                store.write_node_prices(self.workspace, said)
+        elif (
+            node
+            and os.environ.get("LOCAL_RANK") == "0"
+            and (per_hour := cost.price_now(self.workspace))
+        ):
+            self.store.set(f"{PRICE}{node}", str(per_hour))
 
     def stop(self) -> None:
         """Stop beating, wait for the thread, let go of the store: before the rank returns.

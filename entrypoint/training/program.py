@@ -177,7 +177,7 @@ def main(cfg: Config, run: Prepared | None = None) -> int:
     """Run training and turn its outcome into the program's exit code."""
     run = run or by_hand(cfg)
     distributed.started()
-    pulse = distributed.Heartbeat.start()
+    pulse = distributed.Heartbeat.start(cfg.workspace)
     try:
         return _trained(cfg, run, pulse)
     finally:

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.container
 
 def test_two_containers_train_as_two_nodes_and_only_node_0_uploads(image: str, hub: Hub) -> None:
     nodes = Nodes(image, hub, EPOCHS="2")
+    nodes.own = {0: {"PRICE_PER_HOUR": "1.00"}, 1: {"PRICE_PER_HOUR": "0.50"}}
     try:
         nodes.start(0, 1)
         codes = [nodes.wait(0), nodes.wait(1)]
@@ -37,6 +38,9 @@ def test_two_containers_train_as_two_nodes_and_only_node_0_uploads(image: str, h
         assert "epoch 2/2 done" in logs[0] and "epoch 2/2 done" not in logs[1]
         final = json.loads(in_volume(image, nodes.volumes[0], "trainbox", "status", "--json"))
         assert (final["phase"], final["exit_code"]) == ("completed", 0)
+        # Node 0 prices the job: its machine and node 1's, as node 1 said it.
+        assert final["cost"]["per_hour"] == 1.50, final["cost"]
+        assert final["cost"]["source"] == "PRICE_PER_HOUR + 1 other node(s)"
         # Node 1 keeps its own status and publishes nothing: node 0 speaks for the job.
         listing = in_volume(
             image,
@@ -64,6 +68,7 @@ class Nodes:
                     "MONITOR": "false", "OMP_NUM_THREADS": "1", "HF_ENDPOINT": hub.url,
                     "HF_TOKEN": GOOD_TOKEN,
                     "OUTPUT_REPO": "org/weights", "UPLOAD_INTERVAL": "1", **extra}  # fmt: skip
+        self.own: dict[int, dict[str, str]] = {}  # a node's own settings (its price)
         self.names = [f"trainbox-node{rank}-{self.tag}" for rank in (0, 1)]
         self.volumes = [f"trainbox-test-node{rank}-{self.tag}" for rank in (0, 1)]
 
@@ -71,7 +76,8 @@ class Nodes:
         port = str(free_port())  # a fresh rendezvous for every start
         for rank in ranks:
             docker("rm", "-f", self.names[rank])
-            env = {**self.env, "NODE_RANK": str(rank), "MASTER_PORT": port}
+            env = {**self.env, **self.own.get(rank, {}), "NODE_RANK": str(rank),
+                   "MASTER_PORT": port}  # fmt: skip
             flags = [f for k, v in env.items() for f in ("-e", f"{k}={v}")]
             mount = f"{self.volumes[rank]}:/workspace"
             started = docker("run", "-d", "--name", self.names[rank], "--network", "host",

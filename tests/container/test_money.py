@@ -67,7 +67,7 @@ def test_max_cost_stops_after_an_epoch_and_a_new_machine_stages_nothing(
                      state["reason"])  # fmt: skip
     assert rule, state["reason"]
     spent, epoch, next_one = float(rule[1]), int(rule[2]), float(rule[3])
-    assert spent + next_one > 0.50 and 1 <= epoch < 100
+    assert spent + next_one > 0.50 - 0.01 and 1 <= epoch < 100  # the line rounds to cents
     done = state["training"]["completed_epochs"]  # the stop may come as one more epoch ends
     assert epoch <= done <= epoch + 1
     index = json.loads(hub.repos[f"models/{OUTPUT}"].files["run/index.json"])

@@ -130,3 +130,45 @@ def test_launch_judges_a_death_after_the_job_finished_completed(
     with caplog.at_level("WARNING", logger="trainbox"):
         assert distributed.launch(cfg, 2, tmp_path) == expected
     assert (said in caplog.text) if said else ("counts as completed" not in caplog.text)
+
+
+def test_node_0_keeps_the_jobs_price_this_machines_and_every_other_nodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Node 1 says its machine's price in torchrun's store; the job's rank 0 keeps it on node
+    0's volume; node 0's watchdog prices the job as the sum."""
+    import torch.distributed as dist
+
+    from entrypoint.runtime import pricing
+    from entrypoint.state import cost
+    from tests.conftest import settings
+
+    port = free_port()
+    server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    node0, node1 = tmp_path / "node0", tmp_path / "node1"
+    monkeypatch.setenv("GROUP_WORLD_SIZE", "2")
+    for rank, workspace in ((1, node1), (0, node0)):
+        monkeypatch.setenv("NODE_RANK", str(rank))
+        store.mark(workspace, fresh=True, started=time.time() - 60)
+    monkeypatch.setenv("NODE_RANK", "1")
+    cost.note_price(node1, 0.50, "vast.ai", time.time())
+    for key, value in {"RANK": "1", "GROUP_RANK": "1", "LOCAL_RANK": "0"}.items():
+        monkeypatch.setenv(key, value)
+    distributed.Heartbeat(dist.TCPStore("127.0.0.1", port, is_master=False), 2, node1).prices()
+
+    for key, value in {"NODE_RANK": "0", "RANK": "0", "GROUP_RANK": "0"}.items():
+        monkeypatch.setenv(key, value)
+    cfg = settings(node0, PRICE_PER_HOUR="1.00", NNODES="2", NODE_RANK="0",
+                   MASTER_ADDR="127.0.0.1", OUTPUT_REPO="org/weights")  # fmt: skip
+    reader = pricing.Pricing(cfg)
+    reader.read(time.time())  # before training: this machine's price alone
+    reader.reading.join()
+    assert cost.price_now(node0) == 1.00
+    distributed.Heartbeat(dist.TCPStore("127.0.0.1", port, is_master=False), 2, node0).prices()
+    assert store.node_prices(node0) == {"1": 0.50}
+    reader.read(time.time())
+    assert cost.price_now(node0) == 1.50
+    assert store.prices(node0)["source"] == "PRICE_PER_HOUR + 1 other node(s)"
+    store.mark(node0, fresh=True, started=time.time())  # a new container: none heard yet
+    assert store.node_prices(node0) == {}
+    del server

@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 from entrypoint.gateways.hub import XET_LOGS, XET_SHARD_CACHE
+from entrypoint.state.cost import dollars
 from entrypoint.training import outputs
 
 GB = 1e9
@@ -140,7 +141,7 @@ def cost(cards: list[tuple[str, float, float]], epochs: int, overhead_min: float
     lines = []
     for total, name, per_hour, epoch_s, hours in rows:
         lines.append(f"{name:<16} ${per_hour:.3f}/h x {epoch_s:g} s/epoch = "
-                     f"${epoch_s * per_hour / 3600:.4f} per epoch; {epochs} epochs"
+                     f"${dollars(epoch_s, per_hour):.4f} per epoch; {epochs} epochs"
                      f"{f' + {overhead_min:g} min' if overhead_min else ''}: {hours:.2f} h, "
                      f"${total:.2f}")  # fmt: skip
     if len(rows) > 1:

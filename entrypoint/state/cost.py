@@ -39,6 +39,11 @@ def note_price(workspace: Path, per_hour: float | None, source: str, now: float,
                                    "read_at": store.stamp(now), "unknown": unknown})  # fmt: skip
 
 
+def dollars(seconds: float, per_hour: float) -> float:
+    """What ``seconds`` of the machine cost at ``per_hour``."""
+    return seconds * per_hour / 3600
+
+
 def price_now(workspace: Path) -> float | None:
     """This container's last price read, in USD per hour; None while none is known."""
     held, started = store.prices(workspace), store.clock(workspace).get("started")
@@ -53,7 +58,7 @@ def usd(history: list, started: float, begin: float, end: float) -> float:
     for i, (at, per_hour) in enumerate(history):
         since = started if i == 0 else store.moment(at) or started
         until = store.moment(history[i + 1][0]) or end if i + 1 < len(history) else end
-        total += max(0.0, min(until, end) - max(since, begin)) * per_hour / 3600
+        total += dollars(max(0.0, min(until, end) - max(since, begin)), per_hour)
     return total
 
 
@@ -78,7 +83,7 @@ def container(workspace: Path, now: float, *, training_over: bool,
     if last is not None:  # what it had cost when its last epoch ended (MAX_COST's moment)
         found["usd_at_last_step"] = round(usd(history, started, started, last), 4)
     if epoch_seconds:
-        found["per_epoch"] = round(epoch_seconds * history[-1][1] / 3600, 4)
+        found["per_epoch"] = round(dollars(epoch_seconds, history[-1][1]), 4)
     return found
 
 
@@ -107,7 +112,7 @@ def summary(mine: dict[str, Any], before: list[dict[str, Any]],
         found["at_epoch_end"] = round(spent - mine["usd"] + mine["usd_at_last_step"], 4)
     seconds = training.get("epoch_seconds")
     if isinstance(seconds, int | float) and seconds > 0:
-        per_epoch = seconds * mine["per_hour"] / 3600
+        per_epoch = dollars(seconds, mine["per_hour"])
         left = max(0, training.get("total_epochs", 0) - training.get("completed_epochs", 0))
         found |= {"per_epoch": round(per_epoch, 4), "projected": round(spent + left * per_epoch, 4)}
     return found
@@ -151,5 +156,5 @@ def advice(profile: dict[str, Any], per_hour: float | None) -> dict[str, Any]:
     }
     speed = profile.get("img_per_s")
     if per_hour and isinstance(speed, int | float) and speed > 0:
-        found["per_1000_images"] = round(1000 / speed * per_hour / 3600, 4)
+        found["per_1000_images"] = round(dollars(1000 / speed, per_hour), 4)
     return found

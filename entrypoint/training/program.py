@@ -39,7 +39,7 @@ class EpochLog:
         if event.current_metric is not None:
             metric = f", {event.current_metric_name} {event.current_metric:.4f}"
         if per_hour := cost.price_now(Path(self.workspace)):
-            metric += f", ${event.epoch_seconds * per_hour / 3600:.3f}"
+            metric += f", ${cost.dollars(event.epoch_seconds, per_hour):.3f}"
         log.info(
             "epoch %d/%d done in %.1fs: loss %.4f%s",
             event.epoch,

@@ -4,7 +4,6 @@ import json
 import logging
 import os
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +16,7 @@ from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.settings import config
 
 if TYPE_CHECKING:
-    from entrypoint.state.prepared import Prepared
+    from entrypoint.state.run import Run
 
 log = logging.getLogger("trainbox")
 
@@ -31,10 +30,12 @@ def cli() -> None:
 @cli.command()
 def run() -> int:
     """The container's job: check the settings, stage the dataset, train under supervisord."""
+    from entrypoint.gateways import hub
     from entrypoint.runtime import ending, job
 
     try:
         cfg = config.load()
+        hub.check_settings(os.environ)
     except TrainboxError as err:  # refused: still settled, so that no restart loop bills
         return ending.refused(err)
     return job.run(cfg)
@@ -46,21 +47,17 @@ def check(as_json: bool) -> None:
     """Prove this machine can train: driver, a real kernel on every GPU, shm, a writable volume."""
     from entrypoint.preflight import check as preflight
 
-    result = preflight.run(_supervised()[0])
+    result = preflight.run(_here().settings)
     if as_json:
         click.echo(json.dumps(result, indent=2))
 
 
-def _supervised() -> "tuple[config.Config, Prepared | None]":
-    """A program's settings when ``trainbox run`` started it: the job's (in the runtime folder
-    TRAINBOX_RUNTIME names), read, not built again, with what it prepared once it has; the
-    config, for a program run by hand."""
-    from entrypoint.state import prepared, store
+def _here() -> "Run":
+    """This program's run (``state.run``): the job's settings and preparation when ``trainbox
+    run`` started it, the config for a program run by hand."""
+    from entrypoint.state import run as this
 
-    if chosen := prepared.settings():
-        store.for_node(chosen.node_rank)
-        return chosen, prepared.read()
-    return config.load(), None
+    return this.here()
 
 
 @cli.command()
@@ -68,7 +65,7 @@ def train() -> int:
     """The supervised ``train`` program (started by ``trainbox run``)."""
     from entrypoint.training import program as training
 
-    return training.main(*_supervised())
+    return training.main(_here())
 
 
 @cli.group()
@@ -118,9 +115,11 @@ def pack(
     and the shards already on the Hub are not uploaded again.
     """
     from entrypoint.dataset import pack as packing
+    from entrypoint.runtime import processes
 
+    doctor = None if no_doctor else processes.doctor
     name = packing.pack(folder, repo, name=name, shard_size=shard_size, private=private,
-                        check=not no_doctor, wait=config.load().hub_wait)  # fmt: skip
+                        doctor=doctor, wait=config.load().hub_wait)  # fmt: skip
     click.echo(f"DATASET_REPO={repo}\nDATASET_FILE={name}")
 
 
@@ -149,19 +148,20 @@ def inspect_dataset(
 def stage_dataset() -> None:
     """Stage the configured dataset on the volume without training, and print its data.yaml."""
     from entrypoint.dataset import stage as dataset
+    from entrypoint.runtime import processes
 
     cfg = config.load()
-    click.echo(dataset.stage(cfg, dataset.pending(cfg)))
+    doctor = processes.doctor if cfg.doctor else None
+    click.echo(dataset.stage(cfg, dataset.pending(cfg), doctor))
 
 
 @cli.command("upload", hidden=True)
 def upload_command() -> int:
     """The supervised uploader (internal; started by ``trainbox run`` when OUTPUT_REPO is set)."""
-    from entrypoint.state import store
     from entrypoint.upload import uploader as upload
 
-    cfg, _ = _supervised()
-    return upload.main(cfg, store.runtime())
+    run = _here()
+    return upload.main(run.settings, run.runtime)
 
 
 @cli.group("plan")
@@ -310,10 +310,9 @@ def show_config() -> None:
 @click.argument("procs", type=int)
 def launch(procs: int) -> int:
     """The supervised train program under torchrun (internal)."""
-    from entrypoint.state import store
-    from entrypoint.training import distributed
+    from entrypoint.runtime import processes
 
-    return distributed.launch(_supervised()[0], procs, store.runtime())
+    return processes.launch(_here(), procs)
 
 
 @cli.command("elastic", hidden=True, context_settings={"ignore_unknown_options": True,
@@ -321,47 +320,34 @@ def launch(procs: int) -> int:
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 def elastic(argv: tuple[str, ...]) -> int:
     """torchrun, for ``launch`` (internal)."""
-    from entrypoint.state import store
-    from entrypoint.training import distributed
+    from entrypoint.runtime import processes
 
-    return distributed.elastic(list(argv), store.runtime())
+    return processes.elastic(list(argv), _here())
 
 
 @cli.command("watchdog", hidden=True)
 def watchdog_command() -> int:
     """The supervised watchdog (internal): MAX_RUNTIME, STALL_TIMEOUT, status refresh."""
     from entrypoint.runtime import watchdog
-    from entrypoint.state import store
 
-    return watchdog.program(_supervised()[0], store.runtime())
+    run = _here()
+    return watchdog.program(run.settings, run.runtime)
 
 
 @cli.command("monitor", hidden=True)
 def monitor() -> None:
-    """The supervised dashboard (internal): `libreyolo monitor` once the run is one to it.
+    """The supervised dashboard (internal): `libreyolo monitor` once the run is one to it."""
+    from entrypoint.runtime import processes
 
-    libreyolo's monitor exits 3 ("No training runs found") for a run folder without its
-    markers (status.json, metrics.jsonl or results.csv: libreyolo/ui/train_monitor.py), and
-    the folder exists before training writes them: supervisord restarted it in a loop, with an
-    "exited: monitor (exit status 3; not expected)" line each time.
-    """
-    from entrypoint.training import publish
-
-    cfg, _ = _supervised()
-    while not any((cfg.run_dir / marker).is_file() for marker in publish.MONITOR_MARKERS):
-        time.sleep(2)
-    libreyolo = str(Path(sys.executable).with_name("libreyolo"))
-    os.execv(libreyolo, [libreyolo, "monitor", str(cfg.run_dir), "--host", cfg.monitor_host,
-                         "--port", str(cfg.monitor_port), "--no-browser"])  # fmt: skip
+    processes.dashboard(_here())
 
 
 @cli.command("supervise-listener", hidden=True)
 def supervise_listener() -> None:
     """supervisord event listener (internal)."""
     from entrypoint.runtime import supervise
-    from entrypoint.state import store
 
-    supervise.listen(store.runtime())
+    supervise.listen(_here().runtime)
 
 
 def setup_logging() -> None:

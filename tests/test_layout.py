@@ -8,10 +8,10 @@ from pathlib import Path
 from tests.conftest import REPO
 
 PACKAGE = REPO / "entrypoint"
-LAYERS = ["errors", "atomic", "settings", "state", "gateways", "preflight", "dataset",
+LAYERS = ["errors", "files", "settings", "state", "gateways", "preflight", "dataset",
           "training", "upload", "runtime", "cli", "plan", "__main__"]  # fmt: skip
 RANK = {name: rank for rank, name in enumerate(LAYERS)}
-RANK["atomic"] = RANK["errors"]  # the foundations, side by side
+RANK["files"] = RANK["errors"]  # the foundations, side by side
 RANK["plan"] = RANK["__main__"] = RANK["cli"]
 RANK["__init__"] = RANK["errors"]
 
@@ -53,3 +53,107 @@ def test_every_module_has_its_place() -> None:
         parts = module.relative_to(PACKAGE).with_suffix("").parts
         if parts[0] != "__init__":
             assert parts[0] in RANK, f"{module}: a sub-package the flow does not name"
+
+
+# -- What only the runtime may do, and what no module keeps --------------------------------
+
+STARTS = {
+    "subprocess": {"run", "Popen", "call", "check_call", "check_output", "getoutput",
+                   "getstatusoutput"},
+    "os": {"system", "popen", "fork", "forkpty", "posix_spawn", "posix_spawnp", "execv",
+           "execve", "execvp", "execvpe", "execl", "execle", "execlp", "execlpe", "spawnv",
+           "spawnve", "spawnvp", "spawnvpe", "spawnl", "spawnle", "spawnlp", "spawnlpe"},
+    "multiprocessing": {"Process", "Pool", "get_context"},
+    "asyncio": {"create_subprocess_exec", "create_subprocess_shell"},
+}  # fmt: skip
+CONTAINERS = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
+MAKERS = {"list", "dict", "set", "defaultdict", "deque", "OrderedDict", "Counter"}
+MUTATORS = {"append", "extend", "insert", "remove", "pop", "popitem", "clear", "update",
+            "setdefault", "add", "discard", "sort", "reverse"}  # fmt: skip
+
+
+def process_starts(source: str) -> list[tuple[int, str]]:
+    """Every call that starts a process: ``subprocess.run``, ``os.execv`` ..., also when the
+    function was imported by name (``from subprocess import run``)."""
+    tree = ast.parse(source)
+    named = {alias.asname or alias.name: f"{node.module}.{alias.name}"
+             for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+             for alias in node.names}  # fmt: skip
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = ast.unparse(node.func)
+        name = named.get(name, name)
+        module, _, attr = name.rpartition(".")
+        if attr in STARTS.get(module.rpartition(".")[2] if module else "", set()):
+            found.append((node.lineno, name))
+    return found
+
+
+def module_state(source: str) -> list[tuple[int, str]]:
+    """Module-level state a process changes as it runs: a ``global`` rebinding, a lowercase
+    name bound to a list, dict or set at the module's top, or a constant container that the
+    module itself mutates."""
+    tree = ast.parse(source)
+    found = [(n.lineno, f"global {', '.join(n.names)}") for n in ast.walk(tree)
+             if isinstance(n, ast.Global)]  # fmt: skip
+    top: dict[str, int] = {}
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else (
+            [node.target] if isinstance(node, ast.AnnAssign) and node.value else [])  # fmt: skip
+        value = getattr(node, "value", None)
+        container = isinstance(value, CONTAINERS) or (
+            isinstance(value, ast.Call) and ast.unparse(value.func).split(".")[-1] in MAKERS
+        )
+        for target in targets:
+            if isinstance(target, ast.Name) and container:
+                top[target.id] = node.lineno
+                if not target.id.isupper():
+                    found.append((node.lineno, f"{target.id} = a container"))
+    for node in ast.walk(tree):
+        changed = None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in MUTATORS and isinstance(node.func.value, ast.Name):
+                changed = node.func.value.id
+        elif isinstance(node, ast.Assign | ast.AugAssign | ast.Delete):
+            targets = [node.target] if isinstance(node, ast.AugAssign) else node.targets
+            for target in targets:
+                if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+                    changed = target.value.id
+        if changed in top and changed.isupper():
+            found.append((node.lineno, f"{changed} changed"))
+    return sorted(found)
+
+
+def test_only_the_runtime_starts_processes() -> None:
+    """One stage owns every process: ``runtime`` (the job's children, supervisord's programs,
+    the one-off tools). A module elsewhere that needs a tool's answer gets it from there."""
+    outside = [f"{module.relative_to(REPO)}:{line}: {name}"
+               for module in sorted(PACKAGE.rglob("*.py"))
+               if module.relative_to(PACKAGE).parts[0] != "runtime"
+               for line, name in process_starts(module.read_text())]  # fmt: skip
+    assert not outside, "\n".join(outside)
+    inside = [name for module in sorted((PACKAGE / "runtime").glob("*.py"))
+              for _, name in process_starts(module.read_text())]  # fmt: skip
+    assert {"subprocess.run", "subprocess.Popen", "os.execv"} <= set(inside)  # it sees them
+    caught = process_starts(
+        "import subprocess, os\nfrom subprocess import check_output as co\n"
+        "subprocess.run(['a'])\nos.execv('a', ['a'])\nco(['a'])\nos.path.join('a')\n"
+    )
+    assert caught == [(3, "subprocess.run"), (4, "os.execv"), (5, "subprocess.check_output")]
+
+
+def test_no_module_keeps_state_of_its_own() -> None:
+    """A process's state lives in objects it builds once and passes down (``state.run``), not
+    in a module: nothing to reset between tests, nothing set by one caller for another."""
+    kept = [f"{module.relative_to(REPO)}:{line}: {what}"
+            for module in sorted(PACKAGE.rglob("*.py"))
+            for line, what in module_state(module.read_text())]  # fmt: skip
+    assert not kept, "\n".join(kept)
+    caught = module_state(
+        "listeners: list = []\n_until = {}\nNAMES = ('a',)\nTABLE = {'a': 1}\nCACHE = {}\n"
+        "def f():\n    global _rank\n    CACHE['k'] = 1\n    TABLE.get('a')\n"
+    )
+    assert caught == [(1, "listeners = a container"), (2, "_until = a container"),
+                      (7, "global _rank"), (8, "CACHE changed")]  # fmt: skip

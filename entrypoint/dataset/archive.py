@@ -203,14 +203,6 @@ class _Section:
         return view
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(BUFFER):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _inside(root: Path, path: Path) -> bool:
     return path == root or root in path.parents
 

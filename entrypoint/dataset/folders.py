@@ -21,9 +21,9 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
-from entrypoint.atomic import write_atomic
 from entrypoint.dataset import forms, images, layout
 from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.files import write_atomic
 
 log = logging.getLogger("trainbox")
 

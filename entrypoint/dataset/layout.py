@@ -23,9 +23,9 @@ from pathlib import Path
 
 import yaml
 
-from entrypoint.atomic import write_atomic
 from entrypoint.dataset import boxes, images
 from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.files import write_atomic
 
 log = logging.getLogger("trainbox")
 

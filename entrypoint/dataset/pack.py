@@ -10,8 +10,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from entrypoint.dataset import archive, shards
-from entrypoint.dataset.stage import doctor, gb, point
+from entrypoint.dataset.stage import Doctor, gb, point
 from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.files import sha256
 from entrypoint.gateways import hub
 
 log = logging.getLogger("trainbox")
@@ -24,7 +25,7 @@ def pack(
     name: str = "",
     shard_size: int,
     private: bool,
-    check: bool,
+    doctor: Doctor | None,
     wait: float = hub.WAIT,
 ) -> str:
     """Doctor ``source``, pack it deterministically as one tar, or as shards and their index
@@ -46,12 +47,12 @@ def pack(
         )
     name = name or (shards.index_name(dataset) if len(parts) > 1 else f"{dataset}.tar")
     with tempfile.TemporaryDirectory(prefix="trainbox-pack-") as scratch:
-        if check:  # on a copy whose path: is this folder, wherever data.yaml says it was
+        if doctor:  # on a copy whose path: is this folder, wherever data.yaml says it was
             probe = Path(scratch) / "data.yaml"
             shutil.copyfile(source / "data.yaml", probe)
             point(probe, source.resolve())
             doctor(probe)
-        target = hub.Target("--repo", repo, name)
+        target, transfers = hub.Target("--repo", repo, name), hub.Transfers()
         hub.ensure_repo(target, private=private, wait=wait)
         stale = _stale(target, wait)
         if len(parts) == 1:
@@ -62,11 +63,12 @@ def pack(
             files: dict[str, Path | bytes] = {name: tar}
         else:
             stem = name.removesuffix(shards.SUFFIX)
-            listed = _upload_shards(source, target, stem, parts, Path(scratch), wait)
+            listed = _upload_shards(source, target, stem, parts, Path(scratch), wait, transfers)
             files = {name: shards.make_index(stem, shard_size, listed)}
             stale -= {entry["file"] for entry in listed}
         delete = tuple(sorted(stale - {name}))
-        commit = hub.put(target, files, f"trainbox: {name}", delete=delete, wait=wait)
+        commit = hub.put(target, files, f"trainbox: {name}", delete=delete, wait=wait,
+                         transfers=transfers)  # fmt: skip
     log.info("uploaded %s to %s at commit %s", name, repo, commit[:12])
     return name
 
@@ -92,7 +94,7 @@ def _stale(target: hub.Target, wait: float) -> set[str]:
 
 
 def _upload_shards(source: Path, target: hub.Target, stem: str, parts: list[list[Path]],
-                   scratch: Path, wait: float) -> list[dict]:  # fmt: skip
+                   scratch: Path, wait: float, transfers: hub.Transfers) -> list[dict]:  # fmt: skip
     """Write, upload and delete the shards one at a time (so packing needs one shard of free
     disk, not the dataset's size), one commit each, so a pack cut midway goes on where it
     stopped: a shard the Hub already holds with the same sha256 is not uploaded again."""
@@ -102,7 +104,7 @@ def _upload_shards(source: Path, target: hub.Target, stem: str, parts: list[list
     for number, (shard, paths) in enumerate(zip(names, parts, strict=True)):
         tar = scratch / shard
         archive.pack(source, tar, paths)
-        size, digest = tar.stat().st_size, archive.sha256(tar)
+        size, digest = tar.stat().st_size, sha256(tar)
         if size > shards.MAX_FILE:
             raise TrainboxError(
                 f"{paths[-1]}: {gb(size)} with its tar headers, over the Hub's 50 GB per "
@@ -115,6 +117,7 @@ def _upload_shards(source: Path, target: hub.Target, stem: str, parts: list[list
             log.info("shard %d/%d %s: already on the Hub", number + 1, len(parts), shard)
         else:
             log.info("shard %d/%d %s (%s): uploading", number + 1, len(parts), shard, gb(size))
-            hub.put(replace(target, name=shard), {shard: tar}, f"trainbox: {shard}", wait=wait)
+            hub.put(replace(target, name=shard), {shard: tar}, f"trainbox: {shard}", wait=wait,
+                    transfers=transfers)  # fmt: skip
         tar.unlink()
     return listed

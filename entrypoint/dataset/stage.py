@@ -8,12 +8,9 @@ came from. A restart with the same commit finds the marker and fetches nothing.
 """
 
 import errno
-import json
 import logging
 import os
 import shutil
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,16 +20,20 @@ from pathlib import Path
 
 import yaml
 
-from entrypoint.atomic import write_atomic
 from entrypoint.dataset import archive, forms, published, shards, threads
 from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.files import write_atomic
 from entrypoint.gateways import hub
 from entrypoint.settings.config import Config
+from entrypoint.settings.launchers import Volume
 from entrypoint.state import status, store
 
 log = logging.getLogger("trainbox")
 
 SPACE_MARGIN = 1.15  # extracted data ~ the tar's size, plus 15%; the tar itself is never stored
+
+
+Doctor = Callable[[Path], None]  # checks a staged data.yaml, raising the dataset's error
 
 
 def folder(cfg: Config) -> Path:
@@ -116,13 +117,14 @@ def left(cfg: Config, source: Source | None) -> int:
     return int((source.size - _Checkpoints(partial, source, 0).covered()) * SPACE_MARGIN)
 
 
-def stage(cfg: Config, source: Source | None) -> Path:
+def stage(cfg: Config, source: Source | None, doctor: Doctor | None = None) -> Path:
     """Make the dataset ready on the volume, once; return its data.yaml. ``source``: the Hub
-    dataset ``pending`` found still to download."""
+    dataset ``pending`` found still to download; ``doctor``: what checks a data.yaml before
+    it is put in place (``runtime.processes.doctor``; None: DOCTOR=false)."""
     if isinstance(source, published.Source):
-        return _build(source, folder(cfg), cfg)
+        return _build(source, folder(cfg), cfg, doctor)
     if source is not None:
-        return _download(source, folder(cfg), cfg)
+        return _download(source, folder(cfg), cfg, doctor)
     path = data_yaml(cfg)
     if cfg.dataset_repo:
         return path
@@ -138,7 +140,7 @@ def stage(cfg: Config, source: Source | None) -> Path:
             "under /workspace and point DATA at its data.yaml, or unset DATA for the demo",
             ExitCode.DATASET,
         )
-    if cfg.doctor:
+    if doctor:
         doctor(path)
     return path
 
@@ -161,7 +163,7 @@ def gb(size: int) -> str:
     return f"{size / 1e9:.2f} GB"
 
 
-def _download(source: shards.Source, target: Path, cfg: Config) -> Path:
+def _download(source: shards.Source, target: Path, cfg: Config, doctor: Doctor | None) -> Path:
     """Stream the tar(s), STAGE_PARALLEL at once, into a hidden folder, verify each, doctor
     the whole, then swap it into place; return the staged data.yaml. Every STAGE_CHECKPOINT
     seconds each tar's restart point is saved."""
@@ -176,18 +178,18 @@ def _download(source: shards.Source, target: Path, cfg: Config) -> Path:
              gb(source.size), f" in {count} shards, {min(count, cfg.stage_parallel)} at once"
              if source.sharded else "", target, book.describe())  # fmt: skip
     with _keeping(partial, target):
-        with _Progress(cfg.workspace, source, book.covered()) as progress:
+        with _Progress(cfg.volume, source, book.covered()) as progress:
             members = _fetch_all(source, partial, book, progress, cfg)
         book.clear()
         found = _find_yaml(partial, source.file)
         marker = {**source.identity(), "revision": source.revision, "shards": count,
                   "members": members}  # fmt: skip
-        relative = _settle(found, partial, target, cfg, marker)
+        relative = _settle(found, partial, target, doctor, marker)
     log.info("dataset staged: %d files, sha256 %s", members, (source.sha256 or "")[:16])
     return target / relative
 
 
-def _build(source: published.Source, target: Path, cfg: Config) -> Path:
+def _build(source: published.Source, target: Path, cfg: Config, doctor: Doctor | None) -> Path:
     """Fetch a published dataset, converting it into a hidden folder; then as a tar's."""
     partial = target.with_name(f".{target.name}.partial")
     done = published.covered(partial, source)
@@ -196,10 +198,10 @@ def _build(source: published.Source, target: Path, cfg: Config) -> Path:
              source.file, len(source.shards), gb(source.size), target,
              f", resuming: {gb(done)} already converted" if done else "")  # fmt: skip
     with _keeping(partial, target):
-        with _Progress(cfg.workspace, source, done) as progress:
+        with _Progress(cfg.volume, source, done) as progress:
             found = published.build(source, partial, cfg, progress)
         marker = {**source.identity(), "revision": source.revision, "form": source.form}
-        relative = _settle(found, partial, target, cfg, marker)
+        relative = _settle(found, partial, target, doctor, marker)
     log.info("dataset staged: %s form converted into %s", source.form, target)
     return target / relative
 
@@ -222,13 +224,14 @@ def _keeping(partial: Path, target: Path) -> Iterator[None]:
         raise
 
 
-def _settle(found: Path, partial: Path, target: Path, cfg: Config, marker: dict) -> Path:
+def _settle(found: Path, partial: Path, target: Path, doctor: Doctor | None,
+            marker: dict) -> Path:  # fmt: skip
     """Doctor the data.yaml ``found`` in ``partial``, point it at the final place, mark the
     copy and swap it in; return ``found``'s place relative to the dataset's folder. (A
     classification folder has no data.yaml: LibreYOLO's doctor checks detection sets only.)"""
     relative = found.relative_to(partial)
     if found.is_file():
-        if cfg.doctor:
+        if doctor:
             point(found, found.parent)
             doctor(found)
         point(found, (target / relative).parent)
@@ -277,11 +280,11 @@ class Meter:
     """The staging download's bytes, rate and ETA, recorded at most every 2 seconds while
     the container's phase is ``staging`` (not by a lone ``trainbox dataset stage``)."""
 
-    def __init__(self, workspace: Path, total: int, done: int = 0) -> None:
-        self.workspace, self.total, self.done, self.first = workspace, total, done, done
+    def __init__(self, volume: Volume, total: int, done: int = 0) -> None:
+        self.volume, self.total, self.done, self.first = volume, total, done, done
         self.started = time.monotonic()
         self.last = 0.0
-        self.on = status.read(workspace).get("phase") == "staging"
+        self.on = status.read(volume).get("phase") == "staging"
 
     def __call__(self, count: int) -> None:
         self.done += count
@@ -292,19 +295,19 @@ class Meter:
         rate = (self.done - self.first) / max(now - self.started, 1e-3)
         eta = round((self.total - self.done) / rate) if rate else None
         staging = {"bytes": self.done, "total": self.total, "rate": round(rate), "eta_s": eta}
-        status.record(self.workspace, "staging", staging=staging, progress_at=store.stamp())
+        status.record(self.volume, "staging", staging=staging, progress_at=store.stamp())
 
 
 class _Progress:
     """One progress line over all the tars (bytes, rate, ETA), and the status's staging field;
     called from every download thread."""
 
-    def __init__(self, workspace: Path, source: shards.Source, done: int) -> None:
+    def __init__(self, volume: Volume, source: shards.Source, done: int) -> None:
         from tqdm import tqdm
 
         self.bar = tqdm(total=source.size, initial=done, unit="B", unit_scale=True,
                         mininterval=2, desc=f"download+extract {source.file}")  # fmt: skip
-        self.meter = Meter(workspace, source.size, done)
+        self.meter = Meter(volume, source.size, done)
         self.lock = threading.Lock()
 
     def __call__(self, size: int) -> None:
@@ -430,23 +433,15 @@ def _swap(partial: Path, target: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def doctor(data: Path) -> None:
-    """``libreyolo doctor``: errors stop the run with its findings; warnings are logged."""
-    command = [str(Path(sys.executable).with_name("libreyolo")), "doctor", str(data), "--json"]
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=1800)
-        report = json.loads(result.stdout)
-    except (OSError, ValueError) as err:
-        raise TrainboxError(
-            f"libreyolo doctor could not check {data} ({err}); set DOCTOR=false to skip it",
-            ExitCode.DATASET,
-        ) from None
+def judge(report: dict, returncode: int, stderr: str) -> None:
+    """What ``libreyolo doctor``'s report says (``runtime.processes.doctor`` runs it): errors
+    stop the run with its findings; warnings are logged."""
     findings = report.get("findings", [])
     for finding in findings:
         log.warning("doctor %s: %s", finding.get("severity"), finding.get("message"))
     errors = [f for f in findings if f.get("severity") == "error"]
-    if errors or result.returncode != 0:
-        first = errors[0].get("message") if errors else result.stderr.strip()[-200:]
+    if errors or returncode != 0:
+        first = errors[0].get("message") if errors else stderr.strip()[-200:]
         raise TrainboxError(
             f"libreyolo doctor found {len(errors) or 'an'} error(s) in the dataset, first: "
             f"{first} Fix the dataset, or set DOCTOR=false to train anyway",

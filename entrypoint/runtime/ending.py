@@ -33,7 +33,7 @@ from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.gateways import provider
 from entrypoint.settings import config
 from entrypoint.settings.config import Config
-from entrypoint.state import status, store
+from entrypoint.state import snapshot, status, store
 
 log = logging.getLogger("trainbox")
 
@@ -73,16 +73,16 @@ def final(code: int, before: list[dict[str, Any]]) -> bool:
     return (bool(codes) and codes[-1] == code) or in_a_row
 
 
-def failed(err: TrainboxError) -> int:
-    """The one line of a failure that ends this start, and its exit code."""
-    log.error("error: %s", err)
-    return int(err.code)
+def failed(code: int, line: str) -> int:
+    """The one line of a failure that ends this start; its exit code."""
+    log.error("error: %s", line)
+    return code
 
 
 def refused(err: TrainboxError, environ: Mapping[str, str] = os.environ) -> int:
     """``trainbox run`` whose settings are refused: the error line, then its end settled with
     the settings that say where and how to act (those of them that parse)."""
-    code = failed(err)
+    code = failed(int(err.code), str(err))
     keys = (
         "WORKSPACE",
         "ON_EXIT",
@@ -171,7 +171,7 @@ def _stopped(cfg: Config, code: int, found: provider.Machine, how: str, stop: "S
     """The provider took the request: wait ON_EXIT_WAIT for the platform's stop signal
     (exiting at once could race it on RunPod: a restart before the stop lands)."""
     with contextlib.suppress(OSError):
-        status.note(cfg.workspace, waiting=f"for {found.provider} to stop this machine")
+        status.note(cfg.volume, waiting=f"for {found.provider} to stop this machine")
     if stop.within(cfg.on_exit_wait):
         return code
     late = (f"ON_EXIT={how}: {found.provider} took the request but has not stopped this "
@@ -185,12 +185,11 @@ def _stopped(cfg: Config, code: int, found: provider.Machine, how: str, stop: "S
 
 def _weights_safe(cfg: Config, loaded: bool) -> bool:
     """True unless the run has published weights that the Hub is not shown to hold."""
-    from entrypoint.training import publish
     from entrypoint.upload import uploader as upload
 
     if not loaded or not cfg.output_repo:
         return True  # a stop keeps the volume; nothing would be uploaded anyway
-    if not publish.read_index(cfg.run_dir).get("files"):
+    if not snapshot.read_index(cfg.run_dir).get("files"):
         return True  # nothing published yet: no weights to lose
     return upload.verify(cfg)
 
@@ -225,7 +224,7 @@ class Signal:
         only be started again. ``line`` (what failed, what stops the machine) is logged,
         shown by ``trainbox status``, and logged again every REPEAT_S."""
         with contextlib.suppress(OSError):
-            status.note(cfg.workspace, waiting=line)
+            status.note(cfg.volume, waiting=line)
         log.error("%s", line)
         while not self.within(REPEAT_S):
             log.error("%s", line)

@@ -12,8 +12,8 @@ from typing import Any
 
 from entrypoint.gateways import provider
 from entrypoint.settings.config import Config
-from entrypoint.state import cost, store
-from entrypoint.training import publish
+from entrypoint.state import budget, cost, status, store, view
+from entrypoint.training import progress, publish
 
 log = logging.getLogger("trainbox")
 
@@ -38,7 +38,7 @@ class Pricing:
 
     def read(self, now: float) -> None:
         job = self.cfg.nnodes > 1 and self.cfg.node_rank == 0
-        if job and (others := store.node_prices(self.cfg.workspace)) != self.others:
+        if job and (others := store.node_prices(self.cfg.volume)) != self.others:
             self.others = others
             self._note(now, "")
         if now < self.due or (self.reading and self.reading.is_alive()):
@@ -66,7 +66,7 @@ class Pricing:
                 return
             total = None if self.own is None else self.own + sum(self.others.values())
             nodes = f" + {len(self.others)} other node(s)" if self.others else ""
-            cost.note_price(self.cfg.workspace, total, self.source + nodes, now, unknown)
+            cost.note_price(self.cfg.volume, total, self.source + nodes, now, unknown)
 
     def _ask(self) -> tuple[float | None, str, str]:
         if self.cfg.price_per_hour:
@@ -86,10 +86,10 @@ def figures(cfg: Config, state: dict[str, Any], now: float | None = None) -> dic
     None before the first read."""
     now = time.time() if now is None else now
     over = state.get("phase") not in ("preflight", "resuming", "staging", "training")
-    mine = cost.container(cfg.workspace, now, training_over=over)
+    mine = cost.container(cfg.volume, now, training_over=over)
     if mine is None:
-        held = store.prices(cfg.workspace)
-        mine_too = held.get("container_started") == store.clock(cfg.workspace).get("started")
+        held = store.prices(cfg.volume)
+        mine_too = held.get("container_started") == store.clock(cfg.volume).get("started")
         return {"unknown": held["unknown"]} if mine_too and held.get("unknown") else None
     before = cost.earlier(store.manifest(publish.folder(cfg.run_dir)), mine["container_started"])
     return cost.summary(mine, before, state.get("training") or {})
@@ -100,3 +100,55 @@ def before_start(run_dir: Path, manifest: dict[str, Any] | None = None) -> tuple
     keeps them (the Hub's on a resume, else the volume's)."""
     return cost.so_far(manifest if manifest is not None else
                        store.manifest(publish.folder(run_dir)))  # fmt: skip
+
+
+def report(cfg: Config) -> None:
+    """At the job's end: the seconds this container was billed without training, and what the
+    run has cost, in the status and the last lines."""
+    _report_billing(cfg)
+    _report_cost(cfg)
+
+
+def _report_billing(cfg: Config) -> None:
+    """The seconds this container was billed without training, in the status and the log.
+    Computed once: with OUTPUT_REPO by the final upload (``upload.flush``), up to its start,
+    into the manifest the Hub gets; without, here, into the volume's manifest."""
+    if cfg.output_repo:  # the published folder stays what the Hub holds
+        bill = _uploaded_bill(cfg) or budget.billed(cfg.volume, time.time())
+    elif bill := budget.billed(cfg.volume, time.time()):
+        publish.record_billing(cfg.run_dir, bill)
+    if bill:
+        status.note(cfg.volume, billed=bill)
+        log.info(view.billed_line(bill))
+
+
+def _report_cost(cfg: Config) -> None:
+    """What the run has cost, in the status and the last lines; without OUTPUT_REPO into the
+    volume's manifest (with it, the final upload recorded it, up to its start)."""
+    now = time.time()
+    if cfg.output_repo:
+        mine = cost.container(cfg.volume, now, training_over=True)
+    else:
+        mine = publish.record_final_cost(cfg.volume, cfg.run_dir)
+    if mine is None:
+        return
+    state = status.read(cfg.volume)  # LibreYOLO's last fields over the watchdog's copy
+    state["training"] = {**state.get("training", {}), **progress.training(cfg.run_dir)[0]}
+    if not (money := figures(cfg, state, now)) or "spent" not in money:
+        return
+    # with the training fields it was computed from (LibreYOLO's last), so that it adds up
+    fresh = {"training": state["training"]} if state["training"] else {}
+    status.note(cfg.volume, cost=money, **fresh)
+    log.info("cost: the run has cost $%.2f (%s of it idle: before and after training), this "
+             "container $%.2f at $%.3f/h (%s)", money["spent"], f"${money['idle']:.2f}",
+             mine["usd"], mine["per_hour"], mine["source"])  # fmt: skip
+    if cfg.max_cost and money["spent"] > cfg.max_cost:
+        log.info("cost: MAX_COST=$%.2f passed by $%.2f (the epoch in progress and the end)",
+                 cfg.max_cost, money["spent"] - cfg.max_cost)  # fmt: skip
+
+
+def _uploaded_bill(cfg: Config) -> dict | None:
+    """This container's bill as the final upload recorded it, if it ran."""
+    started = store.clock(cfg.volume).get("started")
+    bills = store.manifest(publish.folder(cfg.run_dir)).get("billed", [])
+    return next((b for b in bills if b.get("container_started") == started), None)

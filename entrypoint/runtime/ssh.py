@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from entrypoint.atomic import write_atomic
+from entrypoint.files import write_atomic
 from entrypoint.settings import config as settings
 from entrypoint.settings.config import Config
 from entrypoint.state import store

@@ -43,16 +43,15 @@ def render(runtime: Path, train_command: str, cfg: Config) -> str:
     )
 
 
-def run(cfg: Config, train_command: str | None = None, runtime: Path | None = None) -> int:
+def run(cfg: Config, train_command: str | None = None, runtime: Path | None = None) -> bool:
     """Run supervisord until training ends, the watchdog fires or a stop signal arrives;
-    return the exit code: training's or the watchdog's, unless the final upload failed (then
-    UPLOAD: the weights are not safe). ``runtime``: the start's runtime folder, where the job
-    wrote what the programs read (a new one by default)."""
+    whether a stop signal came (the programs' codes are in ``runtime``: ``exits`` weighs
+    them). ``runtime``: the start's runtime folder, where the job wrote what the programs read
+    (a new one by default)."""
     runtime = runtime or Path(tempfile.mkdtemp(prefix="trainbox-"))
     command = train_command or f"{sys.executable} -m entrypoint train"
     conf = runtime / "supervisord.conf"
     conf.write_text(render(runtime, command, cfg))
-    upload = bool(cfg.output_repo) and cfg.node_rank == 0
     supervisord = Path(sys.executable).with_name("supervisord")
     child = subprocess.Popen([str(supervisord), "--configuration", str(conf)])
     threading.Thread(target=_wake, args=(runtime / "supervisor.sock", child), daemon=True).start()
@@ -68,15 +67,7 @@ def run(cfg: Config, train_command: str | None = None, runtime: Path | None = No
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
     child.wait()
-    if upload and store.code(runtime, "upload") != ExitCode.OK:
-        return ExitCode.UPLOAD
-    for who in ("watchdog", "train"):  # a watchdog's stop outranks its effect
-        if (found := store.code(runtime, who)) is not None:
-            return found
-    if stopped_by:
-        return ExitCode.INTERRUPTED
-    log.error("supervisord ended (code %s) before training did", child.returncode)
-    return ExitCode.TRAINING_FAILED
+    return bool(stopped_by)
 
 
 def _wake(sock: Path, child: subprocess.Popen) -> None:

@@ -29,6 +29,7 @@ from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.runtime import pricing
 from entrypoint.settings.config import Config
 from entrypoint.state import cost, status, store
+from entrypoint.state.run import Run
 from entrypoint.training import progress
 
 log = logging.getLogger("trainbox")
@@ -116,11 +117,12 @@ def _diagnosis(cfg: Config, phase: str) -> str:
 
 
 @contextmanager
-def watching(runtime: Path) -> Iterator[None]:
+def watching(run: Run) -> Iterator[None]:
     """The watchdog, as a process of its own beside the job for as long as the block runs:
-    from the preflight to the final upload. Its settings are the job's (in ``runtime``)."""
-    env = {**os.environ, store.RUNTIME: str(runtime)}
-    child = subprocess.Popen([sys.executable, "-m", "entrypoint", "watchdog"], env=env)
+    from the preflight to the final upload. Its settings are the job's (in its runtime
+    folder)."""
+    command = [sys.executable, "-m", "entrypoint", "watchdog"]
+    child = subprocess.Popen(command, env=run.environ)
     try:
         yield
     finally:
@@ -132,17 +134,11 @@ def watching(runtime: Path) -> Iterator[None]:
             child.wait()
 
 
-def fired(runtime: Path) -> TrainboxError | None:
-    """The limit the watchdog enforced, once it did (for the job, as its stop signal comes)."""
-    code = store.code(runtime, "watchdog")
-    return None if code is None else TrainboxError(store.reason(runtime, "watchdog"), code)
-
-
 def refresh(cfg: Config) -> dict[str, Any]:
     """Copy libreyolo's progress and the upload state into the container's status, the phase
     staying as the job set it."""
     training, progress_at = progress.training(cfg.run_dir)
-    stamps = (status.read(cfg.workspace).get("progress_at"), progress_at)
+    stamps = (status.read(cfg.volume).get("progress_at"), progress_at)
     progress_at = max(filter(None, stamps), default=None)
     upload = (
         store.ledger(cfg.workspace, cfg.output_repo, cfg.run_name).get("state", {})
@@ -150,15 +146,15 @@ def refresh(cfg: Config) -> dict[str, Any]:
         else None
     )
     fields: dict[str, Any] = {"upload": upload, "progress_at": progress_at}
-    state = status.read(cfg.workspace)
+    state = status.read(cfg.volume)
     if state.get("phase") == "training":
         found = progress.profile(cfg.run_dir)
         fields.update(training=training, profile=found and cost.advice(
-            found, cost.price_now(cfg.workspace)))  # fmt: skip
+            found, cost.price_now(cfg.volume)))  # fmt: skip
     if money := pricing.figures(cfg, {**state, **fields}):
         fields["cost"] = money
-    status.note(cfg.workspace, **fields)
-    return status.read(cfg.workspace)
+    status.note(cfg.volume, **fields)
+    return status.read(cfg.volume)
 
 
 def program(cfg: Config, runtime: Path) -> int:
@@ -175,7 +171,7 @@ def program(cfg: Config, runtime: Path) -> int:
         if error := verdict(cfg, state):
             log.error("watchdog: %s", error)
             store.write_code(runtime, "watchdog", error.code, reason=str(error))
-            status.note(cfg.workspace, reason=str(error))
+            status.note(cfg.volume, reason=str(error))
             os.kill(os.getppid(), signal.SIGTERM)
             return int(error.code)
         time.sleep(CHECK_SECONDS)

@@ -19,6 +19,7 @@ import yaml
 
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.settings import launchers
+from entrypoint.settings.launchers import Volume
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 DEMO_PRESET = CONFIG_DIR / "demo.yaml"
@@ -421,6 +422,11 @@ class Config:
         return self.workspace / "runs" / self.run_name
 
     @property
+    def volume(self) -> Volume:
+        """The volume as this node sees it."""
+        return Volume(self.workspace, self.node_rank)
+
+    @property
     def is_demo(self) -> bool:
         """True when no dataset is configured and the built-in demo trains."""
         return not (self.data or self.dataset_repo)
@@ -494,29 +500,10 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
             "from the Hub, or DATA for one already in the container",
             ExitCode.CONFIG,
         )
-    _check_xet(environ)
     config = Config()
     if not (chosen.get("data") or chosen.get("dataset_repo")):
         config = replace(config, **_read_yaml(DEMO_PRESET))
     return _check_job(replace(config, **chosen))
-
-
-# hf_xet's durations: a number and its unit each, "30s", "500ms", "2m30s" (its own parser);
-# a bare "5" it ignores, for its default, saying so only in its log file (hf_xet 1.8.0).
-XET_DURATION = re.compile(r"(\d+(\.\d+)?\s*(ns|us|ms|s|m|h|d))+")
-XET_DURATION_KEYS = ("_TIMEOUT", "_DELAY", "_DURATION", "_INTERVAL", "_AGE")
-
-
-def _check_xet(environ: Mapping[str, str]) -> None:
-    """The HF_XET_* durations the user set, checked as hf_xet would read them."""
-    for key, value in environ.items():
-        if (key.startswith("HF_XET_") and key.endswith(XET_DURATION_KEYS) and value.strip()
-                and not XET_DURATION.fullmatch(value.strip())):  # fmt: skip
-            raise TrainboxError(
-                f"{key}={value!r}: hf_xet reads a duration with its unit, such as 30s or "
-                "500ms, and ignores a bare number; add the unit",
-                ExitCode.CONFIG,
-            )
 
 
 def _check_job(config: Config) -> Config:

@@ -1,9 +1,12 @@
-"""The job shape that launchers set, read when trainbox's own names are not.
+"""The job shape that launchers set, read when trainbox's own names are not, and the volume
+as one node of the job sees it.
 
 Standard library only: ``trainbox status`` resolves this machine's node rank with it too.
 """
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 
 # What SkyPilot, Kubernetes training operators and providers set, read when trainbox's own
 # names are not.
@@ -38,3 +41,12 @@ def node_rank(environ: Mapping[str, str]) -> int:
     """This machine's node rank: NODE_RANK, else a launcher's name for it; 0 if none."""
     value = environ.get("NODE_RANK", "").strip() or aliased(environ).get("NODE_RANK", "0")
     return int(value) if value.isdigit() else 0
+
+
+@dataclass(frozen=True)
+class Volume:
+    """The persistent volume as one node sees it: its ``root``, and the node's rank, which
+    picks the node's own copy of a per-node state file (``state.store``)."""
+
+    root: Path
+    node: int = 0

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from entrypoint.settings.launchers import Volume
 from entrypoint.state import store
 
 STOP_WAIT_SECONDS = 60  # at most, for training to stop; never more than half of STOP_GRACE
@@ -48,11 +49,11 @@ def process_started() -> float:
         return time.time()
 
 
-def billed(workspace: Path, end: float) -> dict[str, Any] | None:
+def billed(volume: Volume, end: float) -> dict[str, Any] | None:
     """The seconds this container was billed without training: from its start to the first
     training step, and from the end of the last one to ``end``; None if it never trained.
     Computed here alone: by the uploader up to its final upload, else by the job at its end."""
-    moments = {name: store.moment(at) for name, at in store.clock(workspace).items()}
+    moments = {name: store.moment(at) for name, at in store.clock(volume).items()}
     started, first, last = (moments.get(k) for k in ("started", "first_step", "last_step"))
     if started is None or first is None or last is None:
         return None

@@ -17,25 +17,25 @@ the store's files, so anyone can recompute it from the status file and the manif
 Standard library only: the status screen imports it.
 """
 
-from pathlib import Path
 from typing import Any
 
+from entrypoint.settings.launchers import Volume
 from entrypoint.state import store
 
 PRICE_SECONDS = 300  # between price reads: vast.ai answers 429 past a small rate
 
 
-def note_price(workspace: Path, per_hour: float | None, source: str, now: float,
+def note_price(volume: Volume, per_hour: float | None, source: str, now: float,
                unknown: str = "") -> None:  # fmt: skip
     """Record a price read at ``now`` (a change adds to the history) or why there is none."""
-    started = store.clock(workspace).get("started")
-    kept = store.prices(workspace)
+    started = store.clock(volume).get("started")
+    kept = store.prices(volume)
     if kept.get("container_started") != started:
         kept = {"container_started": started, "history": []}
     history = list(kept.get("history", []))
     if per_hour is not None and (not history or history[-1][1] != per_hour):
         history.append([store.stamp(now), per_hour])
-    store.write_prices(workspace, {**kept, "source": source, "history": history,
+    store.write_prices(volume, {**kept, "source": source, "history": history,
                                    "read_at": store.stamp(now), "unknown": unknown})  # fmt: skip
 
 
@@ -44,9 +44,9 @@ def dollars(seconds: float, per_hour: float) -> float:
     return seconds * per_hour / 3600
 
 
-def price_now(workspace: Path) -> float | None:
+def price_now(volume: Volume) -> float | None:
     """This container's last price read, in USD per hour; None while none is known."""
-    held, started = store.prices(workspace), store.clock(workspace).get("started")
+    held, started = store.prices(volume), store.clock(volume).get("started")
     history = held.get("history") or []
     return history[-1][1] if history and held.get("container_started") == started else None
 
@@ -62,12 +62,12 @@ def usd(history: list, started: float, begin: float, end: float) -> float:
     return total
 
 
-def container(workspace: Path, now: float, *, training_over: bool,
+def container(volume: Volume, now: float, *, training_over: bool,
               epoch_seconds: float | None = None) -> dict[str, Any] | None:  # fmt: skip
     """This container's entry: its price source and last price, its billed seconds and USD,
     the USD of its idle seconds and, given its last epoch's seconds, of that epoch; None while
     no price is known."""
-    held, clock = store.prices(workspace), store.clock(workspace)
+    held, clock = store.prices(volume), store.clock(volume)
     started = store.moment(clock.get("started"))
     history = held.get("history") or []
     if started is None or not history or held.get("container_started") != clock.get("started"):

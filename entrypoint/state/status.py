@@ -13,20 +13,20 @@ lock for each change. In a job of several machines, node 0's is the run's status
 other node keeps its own, ``status-nodeN.json``, for its own watchdog and health check.
 """
 
-from pathlib import Path
 from typing import Any
 
+from entrypoint.settings.launchers import Volume
 from entrypoint.state import store
 
 ENDED = {0: "completed", 8: "interrupted", 130: "interrupted"}
 ACTIVE = ("preflight", "resuming", "staging", "training", "uploading")
 
 
-def read(workspace: Path) -> dict[str, Any]:
-    return store.status(workspace)
+def read(volume: Volume) -> dict[str, Any]:
+    return store.status(volume)
 
 
-def record(workspace: Path, phase: str, *, fresh: bool = False, **fields: Any) -> None:
+def record(volume: Volume, phase: str, *, fresh: bool = False, **fields: Any) -> None:
     """Set the container's phase and fields; ``fresh`` starts a new status (a new start).
     A new phase counts as progress."""
 
@@ -38,17 +38,17 @@ def record(workspace: Path, phase: str, *, fresh: bool = False, **fields: Any) -
             kept.pop("waiting", None)  # a wait for the Hub belongs to the phase it happened in
         return {"started_at": now, **kept, **new, "phase": phase, "updated_at": now}
 
-    store.update_status(workspace, change)
+    store.update_status(volume, change)
 
 
-def note(workspace: Path, **fields: Any) -> None:
+def note(volume: Volume, **fields: Any) -> None:
     """Set fields, the phase staying as it is (e.g. ``waiting``: why a step waits)."""
 
     def change(kept: dict[str, Any]) -> dict[str, Any]:
         return {**kept, **fields, "phase": kept.get("phase", "preflight"),
                 "updated_at": store.stamp()}  # fmt: skip
 
-    store.update_status(workspace, change)
+    store.update_status(volume, change)
 
 
 def ended(code: int) -> str:

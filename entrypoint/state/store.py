@@ -25,9 +25,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from entrypoint.atomic import write_atomic
 from entrypoint.errors import ExitCode, TrainboxError
-from entrypoint.settings import launchers
+from entrypoint.files import write_atomic
+from entrypoint.settings.launchers import Volume
 
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # the one time encoding: whole seconds, UTC
 FOLDER = "trainbox"  # on the volume
@@ -70,40 +70,28 @@ def _write(file: Path, data: dict[str, Any] | list[Any]) -> None:
 
 # -- On the volume ---------------------------------------------------------------------------
 
-_node: int | None = None  # this machine's node rank; None: resolved from the environment
 
-
-def for_node(rank: int) -> None:
-    """Use node ``rank``'s files (the job and its programs know their rank)."""
-    global _node
-    _node = rank
-
-
-def _rank() -> int:
-    return launchers.node_rank(os.environ) if _node is None else _node
-
-
-def _mine(workspace: Path, name: str) -> Path:
+def _mine(volume: Volume, name: str) -> Path:
     """This node's copy of a per-node file: node 0's is the run's (``status.json``), every
     other node keeps its own (``status-node1.json``), so nodes sharing a volume never write
     each other's."""
-    rank = _rank()
-    return workspace / FOLDER / (f"{name}.json" if rank == 0 else f"{name}-node{rank}.json")
+    own = f"{name}.json" if volume.node == 0 else f"{name}-node{volume.node}.json"
+    return volume.root / FOLDER / own
 
 
-def status_path(workspace: Path) -> Path:
-    return _mine(workspace, "status")
+def status_path(volume: Volume) -> Path:
+    return _mine(volume, "status")
 
 
-def status(workspace: Path) -> dict[str, Any]:
-    return read_json(status_path(workspace))
+def status(volume: Volume) -> dict[str, Any]:
+    return read_json(status_path(volume))
 
 
-def update_status(workspace: Path, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+def update_status(volume: Volume, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
     """Replace the status with ``change(status)``, one writer at a time: the job, the
     watchdog program and the uploader's final flush may overlap, and a read-modify-write
     without the lock lost the other's update."""
-    file = status_path(workspace)
+    file = status_path(volume)
     with _locked(file):
         _write(file, change(read_json(file)))
 
@@ -116,43 +104,43 @@ def _locked(file: Path) -> Iterator[None]:
         yield
 
 
-def clock(workspace: Path) -> dict[str, str]:
+def clock(volume: Volume) -> dict[str, str]:
     """The container's clock: ``started``, ``first_step``, ``last_step`` (stamps)."""
-    return read_json(_mine(workspace, "clock"))
+    return read_json(_mine(volume, "clock"))
 
 
-def mark(workspace: Path, *, fresh: bool = False, **moments: float) -> None:
+def mark(volume: Volume, *, fresh: bool = False, **moments: float) -> None:
     """Record moments (seconds since the epoch); ``fresh`` starts this container's clock.
     Written by the job (``started``) and the train program (its steps), one at a time."""
-    file = _mine(workspace, "clock")
+    file = _mine(volume, "clock")
     with _locked(file):
         kept = {} if fresh else read_json(file)
         _write(file, {**kept, **{name: stamp(at) for name, at in moments.items()}})
 
 
-def prices(workspace: Path) -> dict[str, Any]:
+def prices(volume: Volume) -> dict[str, Any]:
     """The machine's price as this container read it (``state.cost``): ``container_started``,
     ``source``, ``history`` ([stamp, USD per hour] at each change), or ``unknown`` (why)."""
-    return read_json(_mine(workspace, "price"))
+    return read_json(_mine(volume, "price"))
 
 
-def write_prices(workspace: Path, held: dict[str, Any]) -> None:
+def write_prices(volume: Volume, held: dict[str, Any]) -> None:
     """Written by the watchdog alone."""
-    _write(_mine(workspace, "price"), held)
+    _write(_mine(volume, "price"), held)
 
 
-def node_prices(workspace: Path) -> dict[str, float]:
+def node_prices(volume: Volume) -> dict[str, float]:
     """The other nodes' prices (node rank -> USD per hour), as the job's rank 0 heard them in
     this container (an earlier container's are not this one's)."""
-    held = read_json(workspace / FOLDER / "node-prices.json")
-    return held.get("prices", {}) if held.get("container_started") == clock(workspace).get(
+    held = read_json(volume.root / FOLDER / "node-prices.json")
+    return held.get("prices", {}) if held.get("container_started") == clock(volume).get(
         "started") else {}  # fmt: skip
 
 
-def write_node_prices(workspace: Path, prices: dict[str, float]) -> None:
+def write_node_prices(volume: Volume, prices: dict[str, float]) -> None:
     """Written by the job's rank 0 alone (``training.distributed``), on node 0's volume."""
-    _write(workspace / FOLDER / "node-prices.json",
-           {"container_started": clock(workspace).get("started"), "prices": prices})  # fmt: skip
+    _write(volume.root / FOLDER / "node-prices.json",
+           {"container_started": clock(volume).get("started"), "prices": prices})  # fmt: skip
 
 
 def ledger(workspace: Path, repo: str, run: str) -> dict[str, Any]:
@@ -247,11 +235,6 @@ def ssh_key_path(workspace: Path) -> Path:
 CODES = ("train", "rank", "upload", "watchdog")  # who writes an exit code there
 
 
-def runtime() -> Path:
-    """This start's runtime folder, named by ``trainbox run`` for every program it starts."""
-    return Path(os.environ[RUNTIME])
-
-
 def write_code(folder: Path, who: str, code: int, reason: str = "") -> None:
     """Record the exit code ``who`` chose, and why: ``train`` (the listener: how the train
     program ended), ``rank`` (a rank's own verdict for the job), ``upload`` (the final
@@ -297,7 +280,7 @@ def stop(folder: Path) -> float | None:
 
 
 def write_settings(folder: Path, settings: dict[str, Any]) -> None:
-    """The job's resolved settings, for every program it starts (``state.prepared``)."""
+    """The job's resolved settings, for every program it starts (``state.run``)."""
     _write(folder / "settings.json", settings)
 
 
@@ -306,7 +289,7 @@ def settings(folder: Path) -> dict[str, Any]:
 
 
 def write_prepared(folder: Path, prepared: dict[str, Any]) -> None:
-    """What the job prepared, once, for the programs (``state.prepared``)."""
+    """What the job prepared, once, for the programs (``state.run``)."""
     _write(folder / "prepared.json", prepared)
 
 

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from entrypoint.settings import launchers
+from entrypoint.settings.launchers import Volume
 from entrypoint.state import cost, store
 from entrypoint.state import status as state
 
@@ -125,11 +127,12 @@ def main(argv: list[str]) -> int:
         help="the volume, or a copy of it [$WORKSPACE or /workspace]",
     )
     args = parser.parse_args(argv)
+    volume = Volume(args.workspace, launchers.node_rank(os.environ))  # this node's status
     while True:
-        status = state.read(args.workspace)
+        status = state.read(volume)
         if not status:
             print(
-                f"no status at {store.status_path(args.workspace)}: no container has run on "
+                f"no status at {store.status_path(volume)}: no container has run on "
                 "this volume; point --workspace at the volume",
                 file=sys.stderr,
             )

@@ -15,7 +15,6 @@ import logging
 import os
 import shlex
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -24,6 +23,7 @@ from typing import Any
 
 from entrypoint.errors import ExitCode
 from entrypoint.settings.config import Config
+from entrypoint.settings.launchers import Volume
 from entrypoint.state import cost, store
 
 log = logging.getLogger("trainbox")
@@ -74,44 +74,21 @@ def environment(cfg: Config, parent: dict[str, str] | None = None) -> dict[str, 
     return env
 
 
-def elastic(argv: list[str], runtime: Path) -> int:
-    """torchrun (``torch.distributed.run``'s own ``main``, as ``python -m torch.distributed.run``
-    runs it), keeping each failed rank's exit code or signal for ``launch``: torchrun says them
-    only in its printed report (``ChildFailedError.failures``)."""
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import main as torchrun_main
-
-    try:
-        torchrun_main(argv)
-    except ChildFailedError as err:
-        store.write_failures(runtime, {rank: failure.exitcode
-                                       for rank, failure in err.failures.items()})  # fmt: skip
-        raise
-    return ExitCode.OK
-
-
-def launch(cfg: Config, procs: int, runtime: Path) -> int:
-    """The ``train`` program under torchrun: run it, then turn how it ended into one line and
-    the job's exit code. A stop reaches torchrun and the ranks (the whole process group), so
-    this waits for them.
-
-    A rank that dies once the job finished (rank 0 published the last epoch and every rank
-    heard it: ``Heartbeat.finish``) fails torchrun, not the run: the job ends 0, with a warning
-    naming the rank and its signal."""
-    for stop in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(stop, signal.SIG_IGN)
-    code = subprocess.run(torchrun(cfg, procs), env=environment(cfg), check=False).returncode
-    chosen = store.code(runtime, "rank")
+def verdict(
+    cfg: Config, code: int, chosen: int | None, failures: dict[int, int], started: bool
+) -> int:
+    """The job's exit code once torchrun ended with ``code``: the ranks' own choice
+    (``chose``: ``chosen``) over torchrun's 1, a job that never met its nodes as NODE_LOST."""
     if code and chosen == ExitCode.OK:
         log.warning(
             "training completed and its last epoch is published, but at their exit %s (torchrun "
             "stops the other ranks when one fails): the run counts as completed",
-            _failed(store.failures(runtime)),
+            _failed(failures),
         )
         return ExitCode.OK
     if chosen is not None:
         return chosen
-    if code and not store.started(runtime):
+    if code and not started:
         log.error(
             "NNODES=%d: the job never started: not every node joined %s:%d within "
             "RDZV_TIMEOUT=%d s; start every node with the same NNODES, MASTER_ADDR and "
@@ -136,17 +113,17 @@ def _failed(failures: dict[int, int]) -> str:
     return ", ".join(f"rank {rank} {how(code)}" for rank, code in sorted(failures.items()))
 
 
-def started() -> None:
+def started(runtime: Path | None) -> None:
     """A rank is past the rendezvous (for ``launch``)."""
-    if runtime := os.environ.get(store.RUNTIME):
-        store.mark_started(Path(runtime))
+    if runtime:
+        store.mark_started(runtime)
 
 
-def chose(code: int, reason: str = "") -> None:
+def chose(runtime: Path | None, code: int, reason: str = "") -> None:
     """A rank's choice of the job's exit code, and why (for ``launch``, whose torchrun says 1,
     and for the job's last line)."""
-    if runtime := os.environ.get(store.RUNTIME):
-        store.write_code(Path(runtime), "rank", code, reason)
+    if runtime:
+        store.write_code(runtime, "rank", code, reason)
 
 
 PRICE = "trainbox/price/"  # + a node's rank: that machine's USD per hour
@@ -159,14 +136,17 @@ class Heartbeat:
     collective fails, the ranks still alive can name the ones that went silent; and the
     ranks' last meeting (``finish``). ``stop`` before the rank returns."""
 
-    def __init__(self, store: Any, world: int, workspace: Path | None = None) -> None:
+    def __init__(self, store: Any, world: int, volume: Volume | None = None,
+                 runtime: Path | None = None) -> None:  # fmt: skip
         self.store, self.world, self.rank = store, world, rank()
-        self.workspace = workspace  # where this node's price is kept (``prices``)
+        self.volume = volume  # where this node's price is kept (``prices``)
+        self.runtime = runtime  # where this node's launch hears the job finished
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
 
     @classmethod
-    def start(cls, workspace: Path | None = None) -> "Heartbeat | None":
+    def start(cls, volume: Volume | None = None,
+              runtime: Path | None = None) -> "Heartbeat | None":  # fmt: skip
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world < 2:
             return None
@@ -174,7 +154,7 @@ class Heartbeat:
 
         store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
                               is_master=False, timeout=datetime.timedelta(seconds=10))  # fmt: skip
-        pulse = cls(store, world, workspace)
+        pulse = cls(store, world, volume, runtime)
         store.set(f"trainbox/node/{pulse.rank}", os.environ.get("GROUP_RANK", "?"))
         pulse._thread.start()
         return pulse
@@ -193,7 +173,7 @@ class Heartbeat:
     def prices(self) -> None:
         """The machines' prices, for the run's sum on node 0 (``runtime.pricing``): each other
         node's first rank says its node's price; the job's rank 0 keeps theirs on its volume."""
-        if self.workspace is None:
+        if self.volume is None:
             return
         node = int(os.environ.get("GROUP_RANK", "0"))
         if self.rank == 0:
@@ -201,12 +181,12 @@ class Heartbeat:
             keys = [f"{PRICE}{n}" for n in range(1, nodes)]
             said = {k.removeprefix(PRICE): float(self.store.get(k)) for k in keys
                     if self.store.check([k])}  # fmt: skip
-            if said and said != store.node_prices(self.workspace):
-                store.write_node_prices(self.workspace, said)
+            if said and said != store.node_prices(self.volume):
+                store.write_node_prices(self.volume, said)
         elif (
             node
             and os.environ.get("LOCAL_RANK") == "0"
-            and (per_hour := cost.price_now(self.workspace))
+            and (per_hour := cost.price_now(self.volume))
         ):
             self.store.set(f"{PRICE}{node}", str(per_hour))
 
@@ -231,11 +211,12 @@ class Heartbeat:
         finished, recorded for this node's ``launch``."""
         try:
             if self.rank == 0:
-                chose(ExitCode.OK)  # before the others hear it: one of them may die at its exit
+                # before the others hear it: one of them may die at its exit
+                chose(self.runtime, ExitCode.OK)
                 self.store.set(FINISHED, "1")
             else:
                 self.store.wait([FINISHED], FINISH_WAIT)
-                chose(ExitCode.OK)  # this node's launch: the job finished
+                chose(self.runtime, ExitCode.OK)  # this node's launch: the job finished
         except Exception as err:  # node 0 gone, or an export longer than FINISH_WAIT
             log.warning("rank %d: node 0 did not say the job finished (%s)", self.rank, err)
             return False

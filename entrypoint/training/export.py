@@ -18,7 +18,7 @@ from typing import Any
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.settings import family
 from entrypoint.settings.config import Config
-from entrypoint.state import store
+from entrypoint.state import snapshot, store
 from entrypoint.training import publish
 
 log = logging.getLogger("trainbox")
@@ -107,7 +107,7 @@ def run(cfg: Config) -> dict[str, str]:
         known = _registry()
         results = {name: _one(cfg, source, name, known[name].suffix) for name in formats(cfg)}
     store.write_export_report(cfg.workspace, results)  # the job puts it in the status
-    index = publish.read_index(cfg.run_dir)
+    index = snapshot.read_index(cfg.run_dir)
     publish.publish(cfg.run_dir, index["epoch"])  # the uploader's final flush pushes them
     return results
 

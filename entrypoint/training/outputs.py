@@ -65,13 +65,14 @@ def left(cfg: Config, start: "weights.Source | None", fetching: int) -> int:
     """At start: the bytes this node's training will still write, less what the run holds
     already. Only node 0 writes them (LibreYOLO saves on rank 0). ``start``: the start
     weights, ``fetching`` bytes of them still to come."""
-    from entrypoint.training import export, publish
+    from entrypoint.state import snapshot
+    from entrypoint.training import export
 
     if cfg.node_rank:
         return 0
     whole = Outputs(_checkpoint(cfg, start, fetching), cfg.epochs, cfg.save_period,
                     len(export.formats(cfg)))  # fmt: skip
-    held = sum(f.stat().st_size for folder in (cfg.run_dir, publish.folder(cfg.run_dir))
+    held = sum(f.stat().st_size for folder in (cfg.run_dir, snapshot.folder(cfg.run_dir))
                for f in folder.rglob("*") if f.is_file())  # fmt: skip
     return max(0, whole.total - held)
 

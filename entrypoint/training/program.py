@@ -13,8 +13,9 @@ from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.preflight import check as preflight
 from entrypoint.settings import options
 from entrypoint.settings.config import Config
+from entrypoint.settings.launchers import Volume
 from entrypoint.state import cost, store
-from entrypoint.state.prepared import Prepared
+from entrypoint.state.run import Prepared, Run
 from entrypoint.training import distributed, export, progress, publish, weights
 from entrypoint.training.publish import Publisher
 from entrypoint.training.weights import architecture
@@ -31,14 +32,14 @@ class EpochLog:
     A plain class at module level: under DDP, callbacks must be picklable.
     """
 
-    def __init__(self, workspace: Path) -> None:
-        self.workspace = str(workspace)
+    def __init__(self, volume: Volume) -> None:
+        self.volume = volume
 
     def on_train_epoch_end(self, event: Any) -> None:
         metric = ""
         if event.current_metric is not None:
             metric = f", {event.current_metric_name} {event.current_metric:.4f}"
-        if per_hour := cost.price_now(Path(self.workspace)):
+        if per_hour := cost.price_now(self.volume):
             metric += f", ${cost.dollars(event.epoch_seconds, per_hour):.3f}"
         log.info(
             "epoch %d/%d done in %.1fs: loss %.4f%s",
@@ -54,11 +55,11 @@ class Clock:
     """When training's first step began and its last one ended, for the container's report of
     the seconds it was billed without training (``budget.billed``). Picklable, as EpochLog."""
 
-    def __init__(self, workspace: Path) -> None:
-        self.workspace = str(workspace)
+    def __init__(self, volume: Volume) -> None:
+        self.volume = volume
 
     def _mark(self, name: str) -> None:
-        store.mark(Path(self.workspace), **{name: time.time()})
+        store.mark(self.volume, **{name: time.time()})
 
     def on_train_start(self, _event: Any) -> None:
         self._mark("first_step")
@@ -126,7 +127,7 @@ def profile(cfg: Config, run: Prepared) -> None:
             "PROFILE_STEPS=%d: more steps than one epoch has; no verdict", cfg.profile_steps
         )
         return
-    found = cost.advice(found, cost.price_now(cfg.workspace))
+    found = cost.advice(found, cost.price_now(cfg.volume))
     money = (f"; ${found['per_1000_images']:.4f} per 1,000 images at this price"
              if "per_1000_images" in found else "")  # fmt: skip
     log.info("profile: %s bound, %.0f ms/step, %.1f img/s%s: %s", found["bound"],
@@ -151,7 +152,7 @@ def train(cfg: Config, run: Prepared) -> None:
     else:
         log.info("training %s on %s into %s", cfg.model, run.data_yaml, cfg.run_dir)
     # Global rank 0 alone logs epochs, keeps the clock and publishes.
-    callbacks = ([EpochLog(cfg.workspace), Clock(cfg.workspace), Publisher(cfg.workspace)]
+    callbacks = ([EpochLog(cfg.volume), Clock(cfg.volume), Publisher(cfg.volume)]
                  if distributed.rank() == 0 else [])  # fmt: skip
     model.train(
         **_on_this_data(cfg, run),
@@ -170,22 +171,24 @@ def train(cfg: Config, run: Prepared) -> None:
 def by_hand(cfg: Config) -> Prepared:
     """What a ``trainbox train`` run by hand, without the job, trains with: the last
     preflight's workers if one ran, the staged data.yaml."""
-    return Prepared(cfg, gpus=0, workers=preflight.workers(cfg), data_yaml=data_yaml(cfg))
+    return Prepared(gpus=0, workers=preflight.workers(cfg), data_yaml=data_yaml(cfg))
 
 
-def main(cfg: Config, run: Prepared | None = None) -> int:
+def main(here: Run) -> int:
     """Run training and turn its outcome into the program's exit code."""
-    run = run or by_hand(cfg)
-    distributed.started()
-    pulse = distributed.Heartbeat.start(cfg.workspace)
+    cfg = here.settings
+    run = here.prepared or by_hand(cfg)
+    distributed.started(here.runtime)
+    pulse = distributed.Heartbeat.start(cfg.volume, here.runtime)
     try:
-        return _trained(cfg, run, pulse)
+        return _trained(cfg, run, pulse, here.runtime)
     finally:
         if pulse:
             pulse.stop()
 
 
-def _trained(cfg: Config, run: Prepared, pulse: distributed.Heartbeat | None) -> int:
+def _trained(cfg: Config, run: Prepared, pulse: distributed.Heartbeat | None,
+             runtime: Path | None) -> int:  # fmt: skip
     """Train, and under torchrun meet the other ranks at the end; the program's exit code."""
     try:
         train(cfg, run)
@@ -196,19 +199,21 @@ def _trained(cfg: Config, run: Prepared, pulse: distributed.Heartbeat | None) ->
         raise
     except Exception as err:
         if pulse and (silent := pulse.silent()):
-            return _ended(ExitCode.NODE_LOST, f"training stopped on rank {distributed.rank()}: "
-                          f"{silent}; every node ends now: start them all again to resume "
-                          "from the last uploaded epoch")  # fmt: skip
+            return _ended(runtime, ExitCode.NODE_LOST,
+                          f"training stopped on rank {distributed.rank()}: {silent}; every node "
+                          "ends now: start them all again to resume from the last uploaded "
+                          "epoch")  # fmt: skip
         publish.keep_traceback(cfg.run_dir, err)
-        return _ended(ExitCode.TRAINING_FAILED, f"training failed: {type(err).__name__}: {err} "
+        return _ended(runtime, ExitCode.TRAINING_FAILED,
+                      f"training failed: {type(err).__name__}: {err} "
                       f"(traceback in {cfg.run_dir / 'train.log'})")  # fmt: skip
     if pulse:
         pulse.finish()
     return ExitCode.OK
 
 
-def _ended(code: ExitCode, line: str) -> int:
+def _ended(runtime: Path | None, code: ExitCode, line: str) -> int:
     """A failure: its one line in the log, and as this rank's verdict, for the job's end."""
     log.error("%s", line)
-    distributed.chose(code, line)
+    distributed.chose(runtime, code, line)
     return code

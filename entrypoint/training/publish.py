@@ -25,27 +25,17 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from entrypoint.atomic import SourceChanged, copy_atomic
-from entrypoint.dataset.archive import sha256
+from entrypoint.files import SourceChanged, copy_atomic, sha256
+from entrypoint.settings.launchers import Volume
 from entrypoint.state import cost, store
+from entrypoint.state.snapshot import MANIFEST, folder, read_index
 from entrypoint.training import progress
 
 log = logging.getLogger("trainbox")
 
-INDEX, MANIFEST = store.INDEX, store.MANIFEST  # their names on the Hub too
 SMALL_FILES = ("status.json", "metrics.jsonl", "results.csv", "summary.json", "train_config.yaml")
 # What makes a folder a run to `libreyolo monitor` (libreyolo.ui.train_monitor._RUN_MARKERS).
 MONITOR_MARKERS = ("status.json", "metrics.jsonl", "results.csv")
-
-
-def folder(run_dir: Path) -> Path:
-    """Where ``WORKSPACE/runs/RUN_NAME`` is published: ``WORKSPACE/trainbox/published/RUN_NAME``."""
-    return store.published_folder(run_dir.parent.parent, run_dir.name)
-
-
-def read_index(run_dir: Path) -> dict[str, Any]:
-    """The last published snapshot: {"epoch": N, "files": {name: sha256}}, or an empty one."""
-    return store.index(folder(run_dir))
 
 
 def publish(run_dir: Path, epoch: int, *, failed: bool = False) -> dict[str, Any]:
@@ -128,11 +118,11 @@ def record_cost(run_dir: Path, spent: dict[str, Any]) -> None:
     _keep(run_dir, "costs", spent)
 
 
-def record_final_cost(workspace: Path, run_dir: Path) -> dict[str, Any] | None:
+def record_final_cost(volume: Volume, run_dir: Path) -> dict[str, Any] | None:
     """This container's cost at its end (``record_cost``), its last epoch's seconds from
     LibreYOLO's status; the entry, or None while no price is known."""
     seconds = progress.training(run_dir)[0].get("epoch_seconds")
-    spent = cost.container(workspace, time.time(), training_over=True, epoch_seconds=seconds)
+    spent = cost.container(volume, time.time(), training_over=True, epoch_seconds=seconds)
     if spent:
         record_cost(run_dir, spent)
     return spent
@@ -160,12 +150,12 @@ class Publisher:
     on the main process only.
     """
 
-    def __init__(self, workspace: Path | None = None) -> None:
+    def __init__(self, volume: Volume | None = None) -> None:
         self.epoch = 0  # the last epoch finished in this process
         self._copying: threading.Thread | None = None  # the last epoch's copy
         # Where this container's price is kept: each epoch's copy carries what the container
         # has cost so far in the manifest, so a preempted container's spend is on the Hub.
-        self.workspace = str(workspace) if workspace else None
+        self.volume = volume
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_copying": None}  # a thread does not pickle (DDP)
@@ -183,8 +173,8 @@ class Publisher:
     def _publish(self, run_dir: Path, epoch: int, last: bool = False,
                  seconds: float | None = None) -> None:  # fmt: skip
         try:
-            if self.workspace and (spent := cost.container(
-                    Path(self.workspace), time.time(), training_over=False,
+            if self.volume and (spent := cost.container(
+                    self.volume, time.time(), training_over=False,
                     epoch_seconds=seconds)):  # fmt: skip
                 record_cost(run_dir, spent)
             publish(run_dir, epoch)

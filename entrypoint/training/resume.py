@@ -15,14 +15,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from entrypoint.atomic import copy_atomic, write_atomic
 from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.files import copy_atomic, write_atomic
 from entrypoint.gateways import hub
 from entrypoint.settings import options
 from entrypoint.settings.config import Config
+from entrypoint.state.snapshot import INDEX, MANIFEST
+from entrypoint.state.snapshot import folder as published
 from entrypoint.training.progress import run_state
-from entrypoint.training.publish import INDEX, MANIFEST
-from entrypoint.training.publish import folder as published
 
 log = logging.getLogger("trainbox")
 

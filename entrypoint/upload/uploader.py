@@ -33,16 +33,10 @@ from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.gateways import hub
 from entrypoint.settings.config import Config
 from entrypoint.state import budget, status, store
+from entrypoint.state.snapshot import INDEX, MANIFEST, read_index
+from entrypoint.state.snapshot import folder as published
 from entrypoint.training import resume
-from entrypoint.training.publish import (
-    INDEX,
-    MANIFEST,
-    read_index,
-    record_billing,
-    record_final_cost,
-    write_manifest,
-)
-from entrypoint.training.publish import folder as published
+from entrypoint.training.publish import record_billing, record_final_cost, write_manifest
 
 log = logging.getLogger("trainbox")
 
@@ -78,6 +72,7 @@ class Uploader:
         self.behind = False  # the Hub holds a later epoch than this volume: never upload
         self.seen: tuple[int, str | None] | None = None  # (epoch, commit) last read on the Hub
         self.lock = threading.Lock()  # one push at a time: the cycles' and the final flush's
+        self.transfers = hub.Transfers()  # its commits' transfers, which a stop gives up
 
     def pending(self) -> tuple[dict[str, Any], dict[str, str]]:
         """(the published index, {name: sha256} of its files the Hub does not hold yet)."""
@@ -150,7 +145,7 @@ class Uploader:
                 )
             try:
                 info = hub.commit(target(self.cfg), operations, f"{run}: epoch {epoch}",
-                                  parent=parent, wait=wait)  # fmt: skip
+                                  parent=parent, wait=wait, transfers=self.transfers)  # fmt: skip
                 break
             except hub.BranchMoved:
                 self.seen = None
@@ -186,18 +181,18 @@ def main(cfg: Config, runtime: Path | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer's interrupt is not ours
     uploader = Uploader(cfg)
-    hub.listeners[:] = [uploader.retrying]
 
     def cycles() -> None:
         while not stop.wait(cfg.upload_interval):
             uploader.push()  # it fails as one line in the log and the status, never raises
 
-    # In a thread: a push in flight when SIGTERM comes does not eat the flush's budget.
-    threading.Thread(target=cycles, daemon=True).start()
-    stop.wait()
-    hub.abandon()  # a cycle's transfer in flight is of an older snapshot, or stuck
-    stopped_at = store.stop(runtime) if runtime else None
-    return flush(cfg, uploader, stopped_at=stopped_at, runtime=runtime)
+    with hub.told(uploader.retrying):  # each wait for the Hub, in the ledger's upload state
+        # In a thread: a push in flight when SIGTERM comes does not eat the flush's budget.
+        threading.Thread(target=cycles, daemon=True).start()
+        stop.wait()
+        uploader.transfers.abandon()  # a cycle's transfer in flight: an older snapshot, or stuck
+        stopped_at = store.stop(runtime) if runtime else None
+        return flush(cfg, uploader, stopped_at=stopped_at, runtime=runtime)
 
 
 def flush(cfg: Config, uploader: Uploader | None = None, stopped_at: float | None = None,
@@ -209,10 +204,10 @@ def flush(cfg: Config, uploader: Uploader | None = None, stopped_at: float | Non
     uploader = uploader or Uploader(cfg)
     deadline = time.monotonic() + budget.flush_left(cfg.stop_grace, stopped_at)
     log.info("final upload to %s ...", cfg.output_repo)
-    status.record(cfg.workspace, "uploading")
-    if bill := budget.billed(cfg.workspace, time.time()):  # up to this upload
+    status.record(cfg.volume, "uploading")
+    if bill := budget.billed(cfg.volume, time.time()):  # up to this upload
         record_billing(cfg.run_dir, bill)
-    record_final_cost(cfg.workspace, cfg.run_dir)
+    record_final_cost(cfg.volume, cfg.run_dir)
     outcome: list[bool] = []
 
     def attempts() -> None:
@@ -225,7 +220,7 @@ def flush(cfg: Config, uploader: Uploader | None = None, stopped_at: float | Non
     worker = threading.Thread(target=attempts, daemon=True)
     worker.start()
     worker.join(max(0.0, deadline - time.monotonic()))
-    status.record(cfg.workspace, "uploading", upload=uploader.ledger.get("state", {}))
+    status.record(cfg.volume, "uploading", upload=uploader.ledger.get("state", {}))
     if outcome:
         log.info("final upload done: the Hub holds epoch %d", read_index(cfg.run_dir)["epoch"])
         code, reason = ExitCode.OK, ""

@@ -23,6 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from entrypoint.settings.launchers import Volume  # noqa: E402
 from entrypoint.state import status  # noqa: E402
 
 
@@ -51,7 +52,7 @@ def main() -> None:
         )  # fmt: skip
         try:
             deadline = time.monotonic() + 300
-            while status.read(workspace).get("training", {}).get("completed_epochs", 0) < 1:
+            while status.read(Volume(workspace)).get("training", {}).get("completed_epochs", 0) < 1:
                 if time.monotonic() > deadline or training.poll() is not None:
                     sys.exit("training did not reach its first epoch")
                 time.sleep(0.5)
@@ -62,7 +63,7 @@ def main() -> None:
                 rows[" ".join(["trainbox status", *extra])] = median_seconds(
                     command, args.runs, env
                 )
-            still = status.read(workspace)["phase"]
+            still = status.read(Volume(workspace))["phase"]
         finally:
             training.send_signal(signal.SIGTERM)
             training.wait(timeout=120)

@@ -4,6 +4,7 @@ tests/upload/test_faults.py and tests/standins/test_hub.py.)"""
 
 import urllib.error
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx2
 import pytest
@@ -11,6 +12,8 @@ from huggingface_hub import errors
 
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.gateways import hub
+from entrypoint.gateways.hub import errors as policy
+from tests.conftest import trainbox
 
 TARGET = hub.Target("OUTPUT_REPO", "org/w", repo_type="model")
 
@@ -69,16 +72,15 @@ def test_an_unreachable_hub_is_retried_then_given_up_with_exit_5(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     slept: list[float] = []
-    monkeypatch.setattr(hub.time, "sleep", slept.append)  # the backoff, recorded, not waited
+    monkeypatch.setattr(policy.time, "sleep", slept.append)  # the backoff, recorded, not waited
     clock = iter(range(0, 100, 4))  # each try takes 4 s of the wait
-    monkeypatch.setattr(hub.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(policy.time, "monotonic", lambda: float(next(clock)))
     told: list[str] = []
-    monkeypatch.setattr(hub, "listeners", [told.append])
 
     def down() -> None:
         raise answered(503)
 
-    with pytest.raises(hub.Unreachable) as caught:
+    with pytest.raises(hub.Unreachable) as caught, hub.told(told.append):
         hub.call(down, "reading the index", TARGET, wait=10)
     assert caught.value.code == ExitCode.HUB
     assert "cannot ask the Hub for OUTPUT_REPO=org/w (reading the index: 503" in str(caught.value)
@@ -97,3 +99,32 @@ def test_what_is_absent_is_none_and_what_is_unreachable_is_still_an_error() -> N
     assert hub.absent_as_none(raising(answered(404, errors.RemoteEntryNotFoundError)))() is None
     with pytest.raises(errors.HfHubHTTPError):
         hub.absent_as_none(raising(answered(503)))()
+
+
+def test_a_wait_is_told_only_inside_told() -> None:
+    """``told`` attaches its callback for the block alone, and a wait is still logged."""
+    told: list[str] = []
+    with hub.told(told.append):
+        policy.waits.warning("inside", extra={"waiting": "inside"})
+    policy.waits.warning("after", extra={"waiting": "after"})
+    assert told == ["inside"] and not policy.waits.handlers
+
+
+def test_a_xet_duration_without_its_unit_is_refused_with_the_key() -> None:
+    """hf_xet would ignore it silently (its own log file says so) and keep its 300 s."""
+    with pytest.raises(TrainboxError) as caught:
+        hub.check_settings({"HF_XET_CLIENT_READ_TIMEOUT": "5"})
+    assert caught.value.code == ExitCode.CONFIG
+    assert str(caught.value).startswith("HF_XET_CLIENT_READ_TIMEOUT='5': hf_xet reads a duration")
+    for fine in ("5s", "500ms", "2m30s"):
+        hub.check_settings({"HF_XET_CLIENT_READ_TIMEOUT": fine,
+                            "HF_XET_CLIENT_RETRY_MAX_ATTEMPTS": "3"})  # fmt: skip
+
+
+def test_trainbox_run_refuses_a_xet_duration_before_anything_runs(tmp_path: Path) -> None:
+    result = trainbox("run", env={"HF_XET_CLIENT_READ_TIMEOUT": "5", "WORKSPACE": str(tmp_path)})
+    assert result.returncode == ExitCode.CONFIG
+    assert result.stderr.strip().startswith(
+        "[trainbox] error: HF_XET_CLIENT_READ_TIMEOUT='5': hf_xet reads a duration"
+    )
+    assert list(tmp_path.iterdir()) == []

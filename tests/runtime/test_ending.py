@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from entrypoint.errors import ExitCode
+from entrypoint.settings.launchers import Volume
 from entrypoint.state import store
 from tests.conftest import REPO
 from tests.standins.hub import GOOD_TOKEN, Fault, Hub
@@ -183,7 +184,7 @@ def test_a_failed_final_upload_sends_nothing(hub: Hub, provider: Provider, tmp_p
     assert provider.requests == []  # the next start retries the upload: it may mend it
     assert "exit 7: RunPod starts a container that exits again" in result.stderr
     # why, in the status and the job's last line, with what to do
-    reason = store.status(tmp_path)["reason"]
+    reason = store.status(Volume(tmp_path))["reason"]
     assert reason.startswith("final upload failed (") and "only on the volume" in reason
     assert f"exit 7: {reason}; fix the token; after a failed final upload" in result.stderr
 
@@ -339,7 +340,7 @@ def settle_on_runpod(
     seen: list[str] = []
 
     def platform() -> None:
-        while stop_when not in (waiting := store.status(tmp_path).get("waiting", "")):
+        while stop_when not in (waiting := store.status(Volume(tmp_path)).get("waiting", "")):
             threading.Event().wait(0.1)
         seen.append(waiting)
         stop_this_process()

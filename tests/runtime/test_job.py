@@ -1,6 +1,7 @@
 """The job's own rules, one by one: it hands its programs what it prepared (never a patched
 environment), reports the billed-idle seconds once, and turns a stop signal before training
-into a clean exit. (Whole runs: tests/state/test_store.py, tests/runtime/test_ending.py.)"""
+into a clean exit. (Whole runs: tests/state/test_store.py, tests/runtime/test_ending.py; the
+exit code's table: tests/runtime/test_exits.py.)"""
 
 import ast
 import os
@@ -11,15 +12,17 @@ import pytest
 
 from entrypoint.dataset import archive, demo
 from entrypoint.errors import ExitCode, TrainboxError
-from entrypoint.runtime import job
-from entrypoint.state import prepared, status, store
+from entrypoint.runtime import boot, pricing
+from entrypoint.settings.launchers import Volume
+from entrypoint.state import run as this
+from entrypoint.state import status, store
 from entrypoint.training import publish
 from tests.conftest import REPO, settings, trainbox
 from tests.standins.hub import Hub
 
 # hf_xet reads its timeouts and cache limits from the environment alone: the Hub gateway sets
 # its defaults there (a user's own HF_XET_* win). Nothing else writes the environment.
-ALLOWED = {("entrypoint/gateways/hub.py", "os.environ.setdefault")}
+ALLOWED = {("entrypoint/gateways/hub/session.py", "os.environ.setdefault")}
 WRITERS = ("update", "setdefault", "pop", "popitem", "clear")
 
 
@@ -57,78 +60,48 @@ def test_nothing_in_the_package_writes_the_environment() -> None:
 def test_the_settings_the_programs_read_are_the_jobs(tmp_path: Path, monkeypatch) -> None:
     cfg = settings(tmp_path, EPOCHS="7", NODE_RANK="1", NNODES="2", OUTPUT_REPO="org/w",
                    TRAIN_ARGS="lr0=0.002")  # fmt: skip
-    prepared.write_settings(tmp_path, cfg)
-    ready = prepared.Prepared(cfg, gpus=2, workers=3, data_yaml=tmp_path / "data.yaml")
-    prepared.write(tmp_path, ready)
-    monkeypatch.setenv(store.RUNTIME, str(tmp_path))
-    monkeypatch.setenv("EPOCHS", "1")  # what a program's environment says counts no more
-    assert prepared.settings() == cfg
-    assert prepared.read() == ready
-    monkeypatch.delenv(store.RUNTIME)
-    assert prepared.settings() is None and prepared.read() is None  # run by hand
+    started = this.start(cfg)
+    environ = {**os.environ, "EPOCHS": "1"}  # what a program's environment says counts no more
+    assert this.here({**environ, **started.environ}) == started  # before training
+    ready = this.Prepared(gpus=2, workers=3, data_yaml=tmp_path / "data.yaml")
+    prepared = started.with_prepared(ready)
+    assert this.here({**environ, **started.environ}) == prepared
+    assert prepared.volume == Volume(cfg.workspace, 1)  # node 1's files
+    monkeypatch.delenv(store.RUNTIME, raising=False)
+    by_hand = this.here({**os.environ, "WORKSPACE": str(tmp_path), "EPOCHS": "1"})
+    assert (by_hand.runtime, by_hand.prepared, by_hand.settings.epochs) == (None, None, 1)
 
 
 def test_with_output_repo_the_bill_is_the_final_uploads(tmp_path: Path) -> None:
     cfg = settings(tmp_path, OUTPUT_REPO="org/w")
-    store.for_node(0)
-    store.mark(tmp_path, fresh=True, started=100.0, first_step=130.0, last_step=500.0)
+    store.mark(cfg.volume, fresh=True, started=100.0, first_step=130.0, last_step=500.0)
     uploaded = {"container_started": store.stamp(100.0), "before_training_s": 30,
                 "after_training_s": 4}  # fmt: skip
     publish.write_manifest(cfg.run_dir, {"run": "run", "billed": [uploaded]})
-    status.record(tmp_path, "completed", fresh=True)
-    job._report_billing(cfg)
-    assert status.read(tmp_path)["billed"] == uploaded  # computed once, by the final upload
+    status.record(cfg.volume, "completed", fresh=True)
+    pricing.report(cfg)
+    assert status.read(cfg.volume)["billed"] == uploaded  # computed once, by the final upload
 
 
 def test_without_output_repo_the_job_computes_and_keeps_the_bill(tmp_path: Path) -> None:
     cfg = settings(tmp_path)
-    store.mark(tmp_path, fresh=True, started=100.0, first_step=130.0, last_step=500.0)
+    store.mark(cfg.volume, fresh=True, started=100.0, first_step=130.0, last_step=500.0)
     publish.write_manifest(cfg.run_dir, {"run": "run"})
-    status.record(tmp_path, "completed", fresh=True)
-    job._report_billing(cfg)
-    bill = status.read(tmp_path)["billed"]
+    status.record(cfg.volume, "completed", fresh=True)
+    pricing.report(cfg)
+    bill = status.read(cfg.volume)["billed"]
     assert bill["before_training_s"] == 30
     assert store.manifest(publish.folder(cfg.run_dir))["billed"] == [bill]
 
 
-def test_a_stop_before_training_raises_interrupted_or_the_watchdogs_error(tmp_path: Path) -> None:
-    with pytest.raises(TrainboxError) as stopped, job._stoppable(tmp_path):
+def test_a_stop_before_training_raises_interrupted(tmp_path: Path) -> None:
+    """(When the watchdog sent it, its code wins: tests/runtime/test_exits.py.)"""
+    with pytest.raises(TrainboxError) as stopped, boot._stoppable():
         os.kill(os.getpid(), signal.SIGTERM)
         signal.sigtimedwait([], 0)  # (nothing: the handler has raised by now)
     assert stopped.value.code == ExitCode.INTERRUPTED
     assert str(stopped.value).startswith("SIGTERM received before training: stopped")
-    store.write_code(tmp_path, "watchdog", ExitCode.STALLED, reason="no progress for 60 s")
-    with pytest.raises(TrainboxError) as fired, job._stoppable(tmp_path):
-        os.kill(os.getpid(), signal.SIGTERM)
-        signal.sigtimedwait([], 0)
-    assert (fired.value.code, str(fired.value)) == (ExitCode.STALLED, "no progress for 60 s")
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # put back as it was
-
-
-@pytest.mark.parametrize(
-    ("code", "decided", "expected"),
-    [
-        (ExitCode.TRAINING_FAILED, ("rank", "training failed: RuntimeError: CUDA error"),
-         "training failed: RuntimeError: CUDA error"),
-        (ExitCode.NODE_LOST, ("rank", "training stopped on rank 0: rank 1 (node 1) stopped"),
-         "training stopped on rank 0: rank 1 (node 1) stopped"),
-        (ExitCode.UPLOAD, None, "`OUTPUT_REPO` cannot be written"),
-        (ExitCode.TRAINING_FAILED, None, "training failed"),
-        (ExitCode.TIME_LIMIT, ("watchdog", "MAX_RUNTIME=60 s reached"), "MAX_RUNTIME=60 s reached"),
-        (ExitCode.OK, None, ""),
-        (ExitCode.INTERRUPTED, None, ""),
-    ],
-)  # fmt: skip
-def test_every_failed_exit_has_a_reason(
-    tmp_path: Path, code: int, decided: tuple[str, str] | None, expected: str
-) -> None:
-    """Exits 1, 7 and 10 included: the deciding program's line, else the code's meaning."""
-    runtime = tmp_path / "runtime"
-    runtime.mkdir()
-    if decided:
-        store.write_code(runtime, decided[0], code, decided[1])
-    reason = job._reason(settings(tmp_path), runtime, code)
-    assert reason.startswith(expected) and bool(reason) == bool(expected)
 
 
 def test_a_run_the_volume_cannot_hold_stops_before_staging(hub: Hub, tmp_path: Path) -> None:
@@ -155,5 +128,5 @@ def test_a_run_the_volume_cannot_hold_stops_before_staging(hub: Hub, tmp_path: P
     assert "give the volume at least" in line
     assert not [p for m, p in hub.requests if m == "GET" and p.endswith("shapes.tar")]
     assert not (workspace / "data").exists() or not any((workspace / "data").iterdir())
-    recorded = store.status(workspace)
+    recorded = store.status(Volume(workspace))
     assert recorded["exit_code"] == ExitCode.DISK and recorded["reason"] in line

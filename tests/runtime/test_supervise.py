@@ -18,19 +18,21 @@ import pytest
 from entrypoint.errors import ExitCode
 from entrypoint.runtime import supervise
 from entrypoint.settings.config import Config
+from entrypoint.settings.launchers import Volume
 from entrypoint.state import budget, status
 from tests.conftest import REPO
 
 # supervisord alone, as the job runs it; with the job's watchdog beside it, as the job
-# starts it (the status recorded first, as the job records it).
-ALONE = "sys.exit(supervise.run(cfg, {command!r}))"
+# starts it (the status recorded first, as the job records it); the exit code as the job
+# decides it.
+ALONE = "run = this.start(cfg)\nstopped = supervise.run(cfg, {command!r}, run.runtime)\n"
 WATCHED = (
-    "runtime = Path(tempfile.mkdtemp()); prepared.write_settings(runtime, cfg)\n"
-    "status.record(cfg.workspace, 'training', fresh=True)\n"
-    "with watchdog.watching(runtime):\n"
-    "    code = supervise.run(cfg, {command!r}, runtime)\n"
-    "sys.exit(code)"
+    "run = this.start(cfg)\n"
+    "status.record(cfg.volume, 'training', fresh=True)\n"
+    "with watchdog.watching(run):\n"
+    "    stopped = supervise.run(cfg, {command!r}, run.runtime)\n"
 )
+DECIDED = "sys.exit(exits.decide(exits.outcome(run.runtime, stopped=stopped)))"
 
 
 def launch(
@@ -39,9 +41,11 @@ def launch(
     script = (
         "import sys, tempfile\nfrom pathlib import Path\n"
         "from entrypoint.settings import config\n"
-        "from entrypoint.runtime import supervise, watchdog\n"
-        "from entrypoint.state import prepared, status\n"
-        "cfg = config.load()\n" + (WATCHED if watched else ALONE).format(command=train_command)
+        "from entrypoint.runtime import exits, supervise, watchdog\n"
+        "from entrypoint.state import run as this, status\n"
+        "cfg = config.load()\n"
+        + (WATCHED if watched else ALONE).format(command=train_command)
+        + DECIDED
     )
     return subprocess.Popen(
         [sys.executable, "-c", script],
@@ -102,7 +106,7 @@ def test_the_watchdog_ends_a_run_past_its_limit(
     out, _ = proc.communicate(timeout=120)  # a guard: the stop itself comes at 3 s
     assert proc.returncode == code, out
     assert reason in out
-    written = status.read(tmp_path)
+    written = status.read(Volume(tmp_path))
     assert reason in written["reason"] and written["phase"] == "training"
 
 

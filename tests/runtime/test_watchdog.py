@@ -7,6 +7,7 @@ from pathlib import Path
 
 from entrypoint.errors import ExitCode
 from entrypoint.runtime import watchdog
+from entrypoint.settings.launchers import Volume
 from entrypoint.state import status, store
 from tests.conftest import REPO, settings
 
@@ -40,10 +41,10 @@ def test_a_refresh_keeps_the_jobs_phase_and_copies_training_only_while_it_trains
     cfg = settings(tmp_path)
     cfg.run_dir.mkdir(parents=True)
     (cfg.run_dir / "status.json").write_text('{"state": "running", "completed_epochs": 2}')
-    status.record(tmp_path, "staging", fresh=True)
+    status.record(Volume(tmp_path), "staging", fresh=True)
     assert watchdog.refresh(cfg)["phase"] == "staging"
-    assert "training" not in status.read(tmp_path)
-    status.record(tmp_path, "training")
+    assert "training" not in status.read(Volume(tmp_path))
+    status.record(Volume(tmp_path), "training")
     refreshed = watchdog.refresh(cfg)
     assert refreshed["phase"] == "training" and refreshed["training"]["completed_epochs"] == 2
 
@@ -52,18 +53,20 @@ JOB = """
 import sys, tempfile, time
 from pathlib import Path
 from entrypoint.errors import TrainboxError
-from entrypoint.runtime import job, watchdog
+from entrypoint.runtime import boot, watchdog
 from entrypoint.settings import config
-from entrypoint.state import prepared, status
+from entrypoint.runtime import exits
+from entrypoint.state import run as this, status
 cfg = config.load()
-runtime = Path(tempfile.mkdtemp())
-prepared.write_settings(runtime, cfg)
-status.record(cfg.workspace, "staging", fresh=True)
+run = this.start(cfg)
+status.record(cfg.volume, "staging", fresh=True)
 try:
-    with watchdog.watching(runtime), job._stoppable(runtime):
+    with watchdog.watching(run), boot._stoppable():
         time.sleep(120)  # a download that never moves
 except TrainboxError as err:
-    print(int(err.code), err, flush=True)
+    happened = exits.outcome(run.runtime, error=err)
+    code = exits.decide(happened)
+    print(code, exits.reason(run.runtime, cfg.volume, code, happened), flush=True)
 """
 
 
@@ -77,7 +80,7 @@ def test_a_job_stuck_before_training_ends_with_the_watchdogs_code_and_reason(
     code, _, reason = done.stdout.strip().partition(" ")
     assert int(code) == ExitCode.STALLED, done.stderr[-2000:]
     assert reason.startswith("no progress for") and "during staging" in reason
-    assert "no progress for" in status.read(tmp_path)["reason"]
+    assert "no progress for" in status.read(Volume(tmp_path))["reason"]
 
 
 def test_max_runtime_says_what_a_stop_in_its_phase_keeps(tmp_path: Path) -> None:

@@ -142,16 +142,6 @@ def test_job_shape_comes_from_ours_or_the_launchers_names_and_is_checked() -> No
         config.load({"NNODES": "2"})
 
 
-def test_a_xet_duration_without_its_unit_is_refused_with_the_key() -> None:
-    """hf_xet would ignore it silently (its own log file says so) and keep its 300 s."""
-    with pytest.raises(TrainboxError) as caught:
-        config.load({"HF_XET_CLIENT_READ_TIMEOUT": "5"})
-    assert caught.value.code == ExitCode.CONFIG
-    assert str(caught.value).startswith("HF_XET_CLIENT_READ_TIMEOUT='5': hf_xet reads a duration")
-    for fine in ("5s", "500ms", "2m30s"):
-        config.load({"HF_XET_CLIENT_READ_TIMEOUT": fine, "HF_XET_CLIENT_RETRY_MAX_ATTEMPTS": "3"})
-
-
 @pytest.mark.parametrize(
     ("raw", "imgsz"),
     [("640", 640), ("480x640", (480, 640)), ("480,640", (480, 640)), ("640x640", 640)],

@@ -154,7 +154,6 @@ def test_a_refused_xet_token_is_the_tokens_line(
     """hf_xet reports a refused write token as a bare ConnectionError; the gateway asks the
     token route itself and says which token and what to do, exit 7."""
     monkeypatch.setenv("HF_TOKEN", token)
-    monkeypatch.setattr(gateway, "_xet_until", {})
     target = gateway.Target("OUTPUT_REPO", REPO, repo_type="model")
     with pytest.raises(TrainboxError) as caught:
         gateway.put(target, {"run/last.pt": WEIGHTS}, "epoch 1", wait=5)
@@ -170,11 +169,10 @@ def test_a_mirror_without_xet_uploads_through_lfs(
     import huggingface_hub
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_XET", False)
-    monkeypatch.setattr(gateway, "_xet_until", {})
     hub.xet = False
-    target = gateway.Target("OUTPUT_REPO", REPO, repo_type="model")
-    gateway.put(target, {"run/last.pt": WEIGHTS}, "epoch 1", wait=5)
-    gateway.put(target, {"run/best.pt": WEIGHTS[::-1]}, "epoch 2", wait=5)
+    target, transfers = gateway.Target("OUTPUT_REPO", REPO, repo_type="model"), gateway.Transfers()
+    gateway.put(target, {"run/last.pt": WEIGHTS}, "epoch 1", wait=5, transfers=transfers)
+    gateway.put(target, {"run/best.pt": WEIGHTS[::-1]}, "epoch 2", wait=5, transfers=transfers)
     assert hub.repos[f"models/{REPO}"].files["run/best.pt"] == WEIGHTS[::-1]
     assert len([p for m, p in hub.requests if m == "PUT"]) == 2  # both through LFS
     said = [r.message for r in caplog.records if "no Xet storage" in r.message]

@@ -10,6 +10,7 @@ import pytest
 from entrypoint.errors import ExitCode
 from entrypoint.gateways import provider
 from entrypoint.runtime import pricing, watchdog
+from entrypoint.settings.launchers import Volume
 from entrypoint.state import cost, store, view
 from entrypoint.training import progress, publish
 from tests.conftest import settings
@@ -20,30 +21,32 @@ CENT = 1e-4  # the figures are kept to 4 decimals
 
 
 def started(workspace: Path, **moments: float) -> None:
-    store.mark(workspace, fresh=True, started=T0, **moments)
+    store.mark(Volume(workspace), fresh=True, started=T0, **moments)
 
 
 def test_a_price_that_changes_mid_run_is_summed_piece_by_piece(tmp_path: Path) -> None:
     started(tmp_path)
-    cost.note_price(tmp_path, 1.80, "RunPod", T0 + 20)  # the first read counts from the start
-    cost.note_price(tmp_path, 1.80, "RunPod", T0 + 320)  # the same price: no new piece
-    cost.note_price(tmp_path, 3.60, "RunPod", T0 + 1800)
-    assert store.prices(tmp_path)["history"] == [[store.stamp(T0 + 20), 1.80],
+    cost.note_price(
+        Volume(tmp_path), 1.80, "RunPod", T0 + 20
+    )  # the first read counts from the start
+    cost.note_price(Volume(tmp_path), 1.80, "RunPod", T0 + 320)  # the same price: no new piece
+    cost.note_price(Volume(tmp_path), 3.60, "RunPod", T0 + 1800)
+    assert store.prices(Volume(tmp_path))["history"] == [[store.stamp(T0 + 20), 1.80],
                                                  [store.stamp(T0 + 1800), 3.60]]  # fmt: skip
-    mine = cost.container(tmp_path, T0 + 3600, training_over=False)
+    mine = cost.container(Volume(tmp_path), T0 + 3600, training_over=False)
     assert mine["usd"] == pytest.approx(1800 / 3600 * 1.80 + 1800 / 3600 * 3.60, abs=CENT)  # 2.70
     assert mine["per_hour"] == 3.60 and mine["seconds"] == 3600
-    assert cost.price_now(tmp_path) == 3.60
+    assert cost.price_now(Volume(tmp_path)) == 3.60
 
 
 def test_idle_seconds_are_priced_before_the_first_step_and_after_the_last(tmp_path: Path) -> None:
     started(tmp_path, first_step=T0 + 360, last_step=T0 + 3000)
-    cost.note_price(tmp_path, 2.00, "PRICE_PER_HOUR", T0 + 5)
-    during = cost.container(tmp_path, T0 + 3060, training_over=False)
+    cost.note_price(Volume(tmp_path), 2.00, "PRICE_PER_HOUR", T0 + 5)
+    during = cost.container(Volume(tmp_path), T0 + 3060, training_over=False)
     assert during["idle_usd"] == pytest.approx(
         360 / 3600 * 2.00, abs=CENT
     )  # training: only the start
-    after = cost.container(tmp_path, T0 + 3060, training_over=True, epoch_seconds=900)
+    after = cost.container(Volume(tmp_path), T0 + 3060, training_over=True, epoch_seconds=900)
     assert after["idle_usd"] == pytest.approx((360 + 60) / 3600 * 2.00, abs=CENT)
     assert after["usd_at_last_step"] == pytest.approx(3000 / 3600 * 2.00, abs=CENT)
     assert after["per_epoch"] == pytest.approx(0.5, abs=CENT)
@@ -56,8 +59,8 @@ def test_a_restarted_run_sums_every_container_and_projects_the_epochs_left(tmp_p
         {"container_started": "second", "usd": 0.75, "idle_usd": 0.05},
     ]})  # fmt: skip
     started(tmp_path, first_step=T0 + 180, last_step=T0 + 1800)
-    cost.note_price(tmp_path, 1.20, "vast.ai", T0 + 1)
-    publish.record_cost(run_dir, cost.container(tmp_path, T0 + 1800, training_over=False))
+    cost.note_price(Volume(tmp_path), 1.20, "vast.ai", T0 + 1)
+    publish.record_cost(run_dir, cost.container(Volume(tmp_path), T0 + 1800, training_over=False))
     manifest = store.manifest(publish.folder(run_dir))
     assert [e["container_started"] for e in manifest["costs"]] == ["first", "second",
                                                                    store.stamp(T0)]  # fmt: skip
@@ -80,12 +83,12 @@ def test_a_restarted_run_sums_every_container_and_projects_the_epochs_left(tmp_p
 def test_no_price_known_gives_no_figures_and_says_why(tmp_path: Path) -> None:
     started(tmp_path)
     assert pricing.figures(settings(tmp_path), {"phase": "staging"}, now=T0 + 60) is None
-    cost.note_price(tmp_path, None, "", T0 + 1, unknown="no provider API tells it here")
+    cost.note_price(Volume(tmp_path), None, "", T0 + 1, unknown="no provider API tells it here")
     found = pricing.figures(settings(tmp_path), {"phase": "staging"}, now=T0 + 60)
     assert found == {"unknown": "no provider API tells it here"}
     assert "cost     unknown: no provider API tells it here" in view.human({"cost": found})
     started(tmp_path)  # a new container: the last one's price is not this one's
-    store.mark(tmp_path, fresh=True, started=T0 + 7200)
+    store.mark(Volume(tmp_path), fresh=True, started=T0 + 7200)
     assert pricing.figures(settings(tmp_path), {"phase": "staging"}, now=T0 + 7300) is None
 
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from entrypoint.dataset.stage import Meter
+from entrypoint.settings.launchers import Volume
 from entrypoint.state import budget, status, store, view
 from entrypoint.training import progress, publish
 from tests.conftest import REPO, trainbox
@@ -16,16 +17,16 @@ from tests.standins.hub import GOOD_TOKEN, Hub
 
 
 def test_phases_keep_what_was_recorded_and_a_fresh_start_resets(tmp_path: Path) -> None:
-    status.record(tmp_path, "preflight", fresh=True, run="run")
-    status.record(tmp_path, "failed", reason="no GPU visible")
-    status.record(tmp_path, status.ended(6), exit_code=6)
+    status.record(Volume(tmp_path), "preflight", fresh=True, run="run")
+    status.record(Volume(tmp_path), "failed", reason="no GPU visible")
+    status.record(Volume(tmp_path), status.ended(6), exit_code=6)
     written = json.loads((tmp_path / "trainbox" / "status.json").read_text())
     assert written["phase"] == "failed" and written["reason"] == "no GPU visible"
     assert written["run"] == "run" and written["exit_code"] == 6
     assert written["started_at"] <= written["updated_at"]
     assert [phase for phase, _ in written["phases"]] == ["preflight", "failed"]
-    status.record(tmp_path, "preflight", fresh=True, run="run")
-    assert "reason" not in status.read(tmp_path)
+    status.record(Volume(tmp_path), "preflight", fresh=True, run="run")
+    assert "reason" not in status.read(Volume(tmp_path))
     assert [status.ended(code) for code in (0, 1, 7, 130)] == [
         "completed",
         "failed",
@@ -124,12 +125,12 @@ def test_status_needs_only_the_standard_library(tmp_path: Path) -> None:
 def test_the_staging_meter_records_bytes_rate_and_eta_only_in_a_container_run(
     tmp_path: Path,
 ) -> None:
-    Meter(tmp_path, total=100)(50)
-    assert status.read(tmp_path) == {}  # a lone `trainbox dataset stage` claims no phase
-    status.record(tmp_path, "staging", fresh=True)
-    meter = Meter(tmp_path, total=1000, done=200)
+    Meter(Volume(tmp_path), total=100)(50)
+    assert status.read(Volume(tmp_path)) == {}  # a lone `trainbox dataset stage` claims no phase
+    status.record(Volume(tmp_path), "staging", fresh=True)
+    meter = Meter(Volume(tmp_path), total=1000, done=200)
     meter(300)
-    staging = status.read(tmp_path)["staging"]
+    staging = status.read(Volume(tmp_path))["staging"]
     assert staging["bytes"] == 500 and staging["total"] == 1000
     assert staging["rate"] > 0 and staging["eta_s"] is not None
 
@@ -142,7 +143,7 @@ def test_profile_steps_records_a_verdict_on_the_cpu(tmp_path: Path) -> None:
            "TRAINBOX_CONFIG": ""}  # fmt: skip
     result = trainbox("run", env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    found = status.read(tmp_path)["profile"]
+    found = status.read(Volume(tmp_path))["profile"]
     assert found["bound"] in ("dataloader", "host / launch", "compute", "memory-pressure")
     assert found["step_ms"] > 0 and found["img_per_s"] > 0 and found["why"]
     screen = trainbox("status", env=env).stdout
@@ -151,10 +152,10 @@ def test_profile_steps_records_a_verdict_on_the_cpu(tmp_path: Path) -> None:
 
 
 def test_billing_keeps_one_entry_per_container_of_the_run(tmp_path: Path) -> None:
-    store.mark(tmp_path, fresh=True, started=100.0, first_step=130.4)
-    assert budget.billed(tmp_path, 200.0) is None  # no training
-    store.mark(tmp_path, first_step=141.4, last_step=500.0)  # the clock keeps whole seconds
-    bill = budget.billed(tmp_path, 512.2)
+    store.mark(Volume(tmp_path), fresh=True, started=100.0, first_step=130.4)
+    assert budget.billed(Volume(tmp_path), 200.0) is None  # no training
+    store.mark(Volume(tmp_path), first_step=141.4, last_step=500.0)  # the clock keeps whole seconds
+    bill = budget.billed(Volume(tmp_path), 512.2)
     assert bill == {"container_started": store.stamp(100.0), "before_training_s": 41,
                     "after_training_s": 12}  # fmt: skip
     assert view.billed_line(bill) == "billed 41 s before training, 12 s after"
@@ -183,11 +184,11 @@ def test_a_run_reports_the_seconds_billed_before_and_after_training(
     done = trainbox("run", env=env, timeout=600)
     ended = time.time()
     assert done.returncode == 0, done.stderr[-3000:]
-    moments = {name: store.moment(at) for name, at in store.clock(workspace).items()}
+    moments = {name: store.moment(at) for name, at in store.clock(Volume(workspace)).items()}
     # The process's own start, from /proc (btime has a 1 s resolution; the clock's stamps too).
     assert launched - 2.5 <= moments["started"] <= launched + 5
     assert moments["started"] < moments["first_step"] <= moments["last_step"] <= ended
-    bill = status.read(workspace)["billed"]
+    bill = status.read(Volume(workspace))["billed"]
     assert bill["before_training_s"] == round(moments["first_step"] - moments["started"])
     assert bill["before_training_s"] > 0 and bill["after_training_s"] >= 0
     assert bill["before_training_s"] + bill["after_training_s"] < ended - launched

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.settings.launchers import Volume
 from entrypoint.state import store
 from tests.conftest import REPO, trainbox
 from tests.standins.hub import GOOD_TOKEN, Hub
@@ -76,11 +77,11 @@ def test_one_time_encoding_round_trips_in_whole_seconds() -> None:
 
 
 def test_torn_or_missing_files_read_as_empty(tmp_path: Path) -> None:
-    assert store.status(tmp_path) == {} and store.verdict(tmp_path) == {}
+    assert store.status(Volume(tmp_path)) == {} and store.verdict(tmp_path) == {}
     (tmp_path / "trainbox").mkdir()
     (tmp_path / "trainbox" / "status.json").write_text('{"phase": "train')
     (tmp_path / "trainbox" / "starts.json").write_text('[{"at": 1}, "x"]')
-    assert store.status(tmp_path) == {}
+    assert store.status(Volume(tmp_path)) == {}
     assert store.starts(tmp_path) == [{"at": 1}]
     assert store.index(tmp_path / "nothing") == {"epoch": 0, "files": {}}
 
@@ -97,15 +98,12 @@ def test_exit_codes_and_the_stop_in_the_runtime_folder(tmp_path: Path) -> None:
 
 
 def test_each_node_keeps_its_own_status_and_clock(tmp_path: Path) -> None:
-    try:
-        store.for_node(1)
-        store.update_status(tmp_path, lambda _: {"phase": "staging"})
-        store.mark(tmp_path, fresh=True, started=0.0)
-        assert store.status_path(tmp_path).name == "status-node1.json"
-        store.for_node(0)
-        assert store.status(tmp_path) == {} and store.clock(tmp_path) == {}
-    finally:
-        store.for_node(0)
+    node1, node0 = Volume(tmp_path, 1), Volume(tmp_path, 0)
+    store.update_status(node1, lambda _: {"phase": "staging"})
+    store.mark(node1, fresh=True, started=0.0)
+    assert store.status_path(node1).name == "status-node1.json"
+    assert store.status(node0) == {} and store.clock(node0) == {}
+    assert store.status(node1) == {"phase": "staging"} and "started" in store.clock(node1)
 
 
 def test_writers_of_the_status_never_lose_each_others_fields(tmp_path: Path) -> None:
@@ -113,7 +111,8 @@ def test_writers_of_the_status_never_lose_each_others_fields(tmp_path: Path) -> 
     lock makes each read-modify-write whole)."""
     script = (
         "import sys; from pathlib import Path; from entrypoint.state import store\n"
-        "ws, key = Path(sys.argv[1]), sys.argv[2]\n"
+        "from entrypoint.settings.launchers import Volume\n"
+        "ws, key = Volume(Path(sys.argv[1])), sys.argv[2]\n"
         "for n in range(200):\n"
         "    store.update_status(ws, lambda s: {**s, key: s.get(key, 0) + 1})\n"
     )
@@ -123,7 +122,7 @@ def test_writers_of_the_status_never_lose_each_others_fields(tmp_path: Path) -> 
     writers = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path), key], cwd=REPO)
                for key in ("a", "b")]  # fmt: skip
     assert [w.wait(timeout=120) for w in writers] == [0, 0]
-    assert store.status(tmp_path) == {"a": 200, "b": 200}
+    assert store.status(Volume(tmp_path)) == {"a": 200, "b": 200}
 
 
 def test_a_second_holder_is_refused_naming_the_first_and_a_release_frees_it(
@@ -192,7 +191,7 @@ def test_in_a_real_run_only_the_store_opens_run_state_files(audited: dict) -> No
     strangers = sorted({f"{who}: {path}" for who, path in run_state
                         if who != "entrypoint/state/store.py"})  # fmt: skip
     assert not strangers, "\n".join(strangers)
-    state = store.status(workspace)
+    state = store.status(Volume(workspace))
     assert store.moment(state["started_at"]) >= int(audited["began"]) - 1
     # The train program reported its export in a file of its own; the job put it in the status.
     assert (

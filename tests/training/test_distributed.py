@@ -15,8 +15,11 @@ from pathlib import Path
 import pytest
 
 from entrypoint.errors import ExitCode
+from entrypoint.runtime import processes
 from entrypoint.settings import config
+from entrypoint.settings.launchers import Volume
 from entrypoint.state import store
+from entrypoint.state.run import Run
 from entrypoint.training import distributed
 from tests.conftest import REPO, free_port
 
@@ -83,16 +86,18 @@ def test_the_ranks_meet_at_the_end_and_record_the_job_finished(
 
     port = free_port()
     server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
-    monkeypatch.setenv(store.RUNTIME, str(tmp_path))
     monkeypatch.setenv("RANK", "1")
-    one = distributed.Heartbeat(dist.TCPStore("127.0.0.1", port, is_master=False), 2)
+    one = distributed.Heartbeat(dist.TCPStore("127.0.0.1", port, is_master=False), 2, None,
+                                tmp_path)  # fmt: skip
     heard: list[bool] = []
     waiting = threading.Thread(target=lambda: heard.append(one.finish()))
     waiting.start()
     time.sleep(0.5)
     assert waiting.is_alive() and store.code(tmp_path, "rank") is None
     monkeypatch.setenv("RANK", "0")
-    assert distributed.Heartbeat(dist.TCPStore("127.0.0.1", port, is_master=False), 2).finish()
+    zero = distributed.Heartbeat(dist.TCPStore("127.0.0.1", port, is_master=False), 2, None,
+                                 tmp_path)  # fmt: skip
+    assert zero.finish()
     waiting.join(30)
     assert heard == [True] and store.code(tmp_path, "rank") == ExitCode.OK
     del server
@@ -128,7 +133,7 @@ def test_launch_judges_a_death_after_the_job_finished_completed(
     exits = [sys.executable, "-c", f"raise SystemExit({torchrun})"]
     monkeypatch.setattr(distributed, "torchrun", lambda _cfg, _procs: exits)
     with caplog.at_level("WARNING", logger="trainbox"):
-        assert distributed.launch(cfg, 2, tmp_path) == expected
+        assert processes.launch(Run(cfg, tmp_path), 2) == expected
     assert (said in caplog.text) if said else ("counts as completed" not in caplog.text)
 
 
@@ -145,11 +150,10 @@ def test_node_0_keeps_the_jobs_price_this_machines_and_every_other_nodes(
 
     port = free_port()
     server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
-    node0, node1 = tmp_path / "node0", tmp_path / "node1"
+    node0, node1 = Volume(tmp_path / "node0", 0), Volume(tmp_path / "node1", 1)
     monkeypatch.setenv("GROUP_WORLD_SIZE", "2")
-    for rank, workspace in ((1, node1), (0, node0)):
-        monkeypatch.setenv("NODE_RANK", str(rank))
-        store.mark(workspace, fresh=True, started=time.time() - 60)
+    for volume in (node1, node0):
+        store.mark(volume, fresh=True, started=time.time() - 60)
     monkeypatch.setenv("NODE_RANK", "1")
     cost.note_price(node1, 0.50, "vast.ai", time.time())
     for key, value in {"RANK": "1", "GROUP_RANK": "1", "LOCAL_RANK": "0"}.items():
@@ -158,7 +162,7 @@ def test_node_0_keeps_the_jobs_price_this_machines_and_every_other_nodes(
 
     for key, value in {"NODE_RANK": "0", "RANK": "0", "GROUP_RANK": "0"}.items():
         monkeypatch.setenv(key, value)
-    cfg = settings(node0, PRICE_PER_HOUR="1.00", NNODES="2", NODE_RANK="0",
+    cfg = settings(node0.root, PRICE_PER_HOUR="1.00", NNODES="2", NODE_RANK="0",
                    MASTER_ADDR="127.0.0.1", OUTPUT_REPO="org/weights")  # fmt: skip
     reader = pricing.Pricing(cfg)
     reader.read(time.time())  # before training: this machine's price alone

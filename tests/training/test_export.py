@@ -45,7 +45,7 @@ def test_best_pt_is_exported_published_and_a_failure_keeps_training_complete(
     trained: Path,
 ) -> None:
     cfg = load(trained, "onnx,torchscript,openvino")  # openvino: not installed here
-    status.record(trained, "training")
+    status.record(cfg.volume, "training")
     results = export.run(cfg)
     assert results["onnx"] == "export/best.onnx" and results["torchscript"] == (
         "export/best.torchscript"
@@ -53,6 +53,6 @@ def test_best_pt_is_exported_published_and_a_failure_keeps_training_complete(
     onnx.checker.check_model(onnx.load(cfg.run_dir / results["onnx"]))  # a loadable model
     assert results["openvino"].startswith("failed: ")
     assert store.export_report(trained) == results  # its own file: the job puts it in the status
-    assert "export" not in status.read(trained)  # the train program never writes the status
+    assert "export" not in status.read(cfg.volume)  # the train program never writes the status
     published = publish.read_index(cfg.run_dir)["files"]
     assert {"best.onnx", "best.torchscript"} <= set(published)  # the uploader pushes them

@@ -82,14 +82,14 @@ def test_a_training_that_raises_keeps_its_traceback_in_train_log_and_publishes_i
     from entrypoint.dataset import demo
     from entrypoint.errors import ExitCode
     from entrypoint.settings import config
-    from entrypoint.state.prepared import Prepared
+    from entrypoint.state.run import Prepared, Run
     from entrypoint.training import program
 
     data_yaml, _ = demo.ensure(tmp_path / "shapes")
     cfg = config.load({"WORKSPACE": str(tmp_path / "ws"), "MODEL": "LibreDFINEn.pt",
                        "PRETRAINED": "false", "IMGSZ": "128", "EPOCHS": "1", "BATCH": "2",
                        "DEVICE": "cpu", "WORKERS": "0"})  # fmt: skip
-    assert program.main(cfg, Prepared(cfg, 0, 0, data_yaml)) == ExitCode.TRAINING_FAILED
+    assert program.main(Run(cfg, None, Prepared(0, 0, data_yaml))) == ExitCode.TRAINING_FAILED
     log = (cfg.run_dir / "train.log").read_text()
     assert "Traceback (most recent call last)" in log
     assert log.rstrip().endswith("RuntimeError: selected index k out of range")
@@ -102,7 +102,7 @@ def test_a_dropped_copy_of_the_last_epoch_names_the_end_of_trainings_copy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """No next epoch follows the last one: the end of training publishes it."""
-    from entrypoint.atomic import SourceChanged
+    from entrypoint.files import SourceChanged
 
     def rewritten(*_: object) -> None:
         raise SourceChanged("last.pt changed while it was copied")

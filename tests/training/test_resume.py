@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from entrypoint.settings import config
+from entrypoint.state.snapshot import folder
 from entrypoint.training import resume
-from entrypoint.training.publish import folder
 
 
 @pytest.fixture

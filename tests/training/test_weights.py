@@ -6,13 +6,22 @@ from pathlib import Path
 import huggingface_hub
 import pytest
 
+from entrypoint.dataset import stage
 from entrypoint.errors import ExitCode, TrainboxError
-from entrypoint.runtime import job
+from entrypoint.runtime import boot
 from entrypoint.settings import config
-from entrypoint.state.prepared import Prepared
+from entrypoint.state import run as this
 from entrypoint.training import weights
 from tests.conftest import client_at, tar_on_hub
 from tests.standins.hub import GOOD_TOKEN, Hub
+
+
+def before_training(cfg: config.Config) -> None:
+    """The job's steps after the watchdog's start and before supervision, on this volume."""
+    started = boot.Boot(this.start(cfg))
+    for step in boot.STEPS[boot.STEPS.index(boot.completed) : -1]:
+        step(started)
+
 
 CHECKPOINT = b"an earlier run's best weights" * 40_000  # ~1.2 MB
 
@@ -101,8 +110,8 @@ def test_the_weights_download_while_the_dataset_stages(
     for name, value in settings.items():
         monkeypatch.setenv(name, value)  # the preflight's child process reads them
     cfg = config.load()
-    ready = job._prepare(cfg)
-    assert isinstance(ready, Prepared) and ready.data_yaml.is_file()  # what training reads
+    before_training(cfg)
+    assert stage.data_yaml(cfg).is_file()  # what training reads
     [start] = [s for s in on_hub.served if s.name == "run/best.pt"]  # fetched once
     [teacher] = [s for s in on_hub.served if s.name == "LibreYOLO9m.pt"]
     [dataset] = [s for s in on_hub.served if s.name == "shapes.tar"]
@@ -179,6 +188,6 @@ def test_a_local_dataset_is_checked_before_the_hub_is_asked_for_weights(
         monkeypatch.setenv(name, value)
     asked = len(on_hub.requests)
     with pytest.raises(TrainboxError) as caught:
-        job._prepare(config.load())
+        before_training(config.load())
     assert caught.value.code == ExitCode.DATASET and "DATA=" in str(caught.value)
     assert len(on_hub.requests) == asked

@@ -22,7 +22,7 @@ import torch
 
 from entrypoint.dataset import stage as dataset
 from entrypoint.errors import ExitCode, TrainboxError
-from entrypoint.gateways import hub as gateway
+from entrypoint.gateways.hub import session, writes
 from entrypoint.settings import config
 from entrypoint.training import publish, resume
 from entrypoint.upload import uploader as upload
@@ -58,8 +58,8 @@ def cfg(
 ) -> Iterator[config.Config]:
     """The shared run (tests/conftest.py) on a volume of its own, with short Hub timeouts, a
     run of epoch 3 on the Hub and a dataset there."""
-    monkeypatch.setattr(gateway, "TIMEOUT", 1)
-    monkeypatch.setattr(gateway, "SLACK", 2.0)  # a stuck transfer is given up after 2 s
+    monkeypatch.setattr(session, "TIMEOUT", 1)
+    monkeypatch.setattr(writes, "SLACK", 2.0)  # a stuck transfer is given up after 2 s
     huggingface_hub.close_session()  # the next client takes the 1 s timeout
     last = checkpoint(HUB_EPOCH)
     index = {"epoch": HUB_EPOCH, "files": {"last.pt": hashlib.sha256(last).hexdigest()}}
@@ -259,7 +259,7 @@ def test_a_slow_upload_outlasts_the_cycle_and_a_stop_abandons_a_stuck_one(
                                daemon=True)  # fmt: skip
     pushing.start()
     time.sleep(1)
-    gateway.abandon()
+    uploader.transfers.abandon()
     pushing.join(30)  # a guard: abandoned, it gives up at once (the hang lasts 600 s)
     assert not pushing.is_alive() and result == [False]
     assert uploader.last_error == "upload given up for the final upload"
@@ -277,8 +277,7 @@ def test_a_refused_xet_token_fails_the_push_with_the_tokens_line(
     hub: Hub, cfg: config.Config, monkeypatch: pytest.MonkeyPatch, token: str, status: int
 ) -> None:
     monkeypatch.setenv("HF_TOKEN", token)
-    monkeypatch.setattr(gateway, "_xet_until", {})
-    uploader = upload.Uploader(cfg)
+    uploader = upload.Uploader(cfg)  # its own Transfers: no Xet token held yet
     published(cfg, 4)
     assert uploader.push() is False
     assert f"the Hub refused HF_TOKEN for OUTPUT_REPO=org/w ({status})" in uploader.last_error

@@ -105,8 +105,7 @@ def test_a_token_that_cannot_write_stops_at_start(
 def test_an_unreachable_hub_at_start_ends_the_run_after_hub_wait(cfg, monkeypatch) -> None:
     client_at(monkeypatch, "http://127.0.0.1:9")  # nothing listens there: connection refused
     waits: list[str] = []  # what the job's status is told of each wait
-    monkeypatch.setattr(upload.hub, "listeners", [waits.append])
-    with pytest.raises(upload.TrainboxError) as caught:
+    with pytest.raises(upload.TrainboxError) as caught, upload.hub.told(waits.append):
         upload.prepare(replace(cfg, hub_wait=3), {"run": "run"})
     assert caught.value.code == upload.ExitCode.HUB
     assert str(caught.value).startswith("cannot ask the Hub for OUTPUT_REPO=org/w")
@@ -163,11 +162,11 @@ def test_a_checkpoint_rewritten_while_it_is_copied_is_never_published(
 ) -> None:
     """The copy runs beside training: the next epoch's torch.save may begin during it. That
     copy is dropped before its rename; the published file stays the last whole one."""
-    from entrypoint import atomic
+    from entrypoint import files
 
     publish.publish(run, 1)
     whole = (publish.folder(run) / "last.pt").read_bytes()
-    real_fstat = atomic.os.fstat
+    real_fstat = files.os.fstat
 
     def saved_meanwhile(fd: int):  # the next save starts right after the copy opened the file
         found = real_fstat(fd)
@@ -175,7 +174,7 @@ def test_a_checkpoint_rewritten_while_it_is_copied_is_never_published(
         return found
 
     (run / "weights" / "last.pt").write_bytes(b"epoch 2 weights" * 1000)
-    monkeypatch.setattr(atomic.os, "fstat", saved_meanwhile)
+    monkeypatch.setattr(files.os, "fstat", saved_meanwhile)
     callback = publish.Publisher()
     callback.on_train_epoch_end(
         SimpleNamespace(save_dir=str(run), epoch=2, total_epochs=3, epoch_seconds=1.0)

@@ -15,11 +15,11 @@ OWN = os.sep + "entrypoint" + os.sep
 
 
 def _opener() -> str | None:
-    """The trainbox module nearest the open, past the atomic-write helpers."""
+    """The trainbox module nearest the open, past the file helpers (entrypoint/files.py)."""
     frame = sys._getframe(2)
     while frame is not None:
         name = frame.f_code.co_filename
-        if OWN in name and not name.endswith(os.sep + "atomic.py"):
+        if OWN in name and not name.endswith(OWN + "files.py"):
             return name[name.rindex(OWN) + 1 :]
         frame = frame.f_back
     return None

@@ -1,4 +1,5 @@
-"""Atomic writes for files that other processes read: temp file, fsync, rename."""
+"""The file helpers every layer uses: atomic writes for files that other processes read (temp
+file, fsync, rename), atomic copies, and a file's sha256."""
 
 import hashlib
 import os
@@ -7,6 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
+
+BUFFER = 1 << 20  # bytes read at a time
 
 
 @contextmanager
@@ -51,9 +54,18 @@ def copy_atomic(source: Path, target: Path) -> str:
     digest = hashlib.sha256()
     with open(source, "rb") as src, _replacing(target) as dst:
         before = _identity(os.fstat(src.fileno()))
-        while chunk := src.read(1 << 20):
+        while chunk := src.read(BUFFER):
             digest.update(chunk)
             dst.write(chunk)
         if _identity(os.stat(source)) != before:
             raise SourceChanged(f"{source} was written while it was copied")
+    return digest.hexdigest()
+
+
+def sha256(path: Path) -> str:
+    """The hex sha256 of the file at ``path``, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(BUFFER):
+            digest.update(chunk)
     return digest.hexdigest()

@@ -1,0 +1,260 @@
+"""The boot: the job's steps, in the order ``STEPS`` lists them, from the settings to training.
+
+Each step does one thing and records its own phase, and leaves its result in the ``Boot`` it
+is handed for the steps after it. What a step holds for the rest of the job (the volume's
+lock, sshd) goes into the boot's ``held`` stack, which the job closes once it has ended; what
+watches the steps (the watchdog) into ``watched``, closed once training has. A step that ends
+the job here raises ``Finished`` with its exit code, or its one-line ``TrainboxError``;
+``exits.decide`` weighs them.
+
+Nothing is downloaded before the start weights (none when the run goes on from a checkpoint),
+a distillation teacher and a Hub dataset's listing are asked for and the whole run is known to
+fit; the weights come during a Hub dataset's long download, after a local one's quick check.
+"""
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from entrypoint.dataset import stage as dataset
+from entrypoint.errors import ExitCode, TrainboxError
+from entrypoint.gateways import hub, provider
+from entrypoint.preflight import check as preflight
+from entrypoint.runtime import pricing, processes, ssh, supervise, watchdog
+from entrypoint.settings import options
+from entrypoint.state import budget, status, store
+from entrypoint.state.run import Prepared, Run
+from entrypoint.training import distributed, export, outputs, progress, publish, resume, weights
+from entrypoint.upload import uploader as upload
+
+log = logging.getLogger("trainbox")
+
+GB = 1e9
+
+
+class Finished(Exception):
+    """A step ended the job before training, with this exit code."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+@dataclass
+class Boot:
+    """What the steps hand each other."""
+
+    run: Run
+    held: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # till the end
+    watched: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # till training's
+    locked: bool = False  # the volume is this container's: its status is ours to write
+    verdict: dict[str, Any] = field(default_factory=dict)  # the preflight's
+    previous: dict[str, Any] | None = None  # the run's manifest on the Hub, resuming from it
+    found: weights.Source | None = None  # the start weights (None: from a checkpoint)
+    teacher: list[weights.Source] = field(default_factory=list)
+    source: dataset.Source | None = None  # a Hub dataset still to download
+    stopped: bool = False  # a stop signal came during training
+
+
+def settings(boot: Boot) -> None:
+    """What the config's own checks cannot see, before anything is touched: LibreYOLO's
+    options and export formats for this model, the image size for its family, the Hub
+    client's settings."""
+    cfg = boot.run.settings
+    options.effective(cfg)
+    export.check(cfg)
+    weights.check_size(cfg)
+    hub.check_settings(os.environ)
+
+
+def lock(boot: Boot) -> None:
+    """The volume, held for this container (another container's is refused before anything
+    is written to it); sshd while the job runs and its end waits; every wait for the Hub in
+    the status, from here on; this start's status."""
+    cfg, volume = boot.run.settings, boot.run.volume
+    boot.held.enter_context(store.volume(cfg.workspace, cfg.node_rank))
+    boot.held.enter_context(ssh.serving(cfg))
+    boot.held.enter_context(hub.told(lambda waiting: status.note(volume, waiting=waiting)))
+    boot.locked = True
+    if cfg.nnodes > 1:
+        log.info("node %d of %d, meeting at %s:%d", cfg.node_rank, cfg.nnodes, cfg.master_addr,
+                 cfg.master_port)  # fmt: skip
+    limits = {"max_runtime": cfg.max_runtime, "stall_timeout": cfg.stall_timeout}
+    status.record(volume, "preflight", fresh=True, run=cfg.run_name, limits=limits)
+    store.mark(volume, fresh=True, started=budget.process_started())
+
+
+def watch(boot: Boot) -> None:
+    """The watchdog, from here to the final upload; until training, a stop signal ends the
+    job cleanly (every step cleans up on the way out: exit 130, or the watchdog's code when
+    its stop is the signal)."""
+    boot.watched.enter_context(watchdog.watching(boot.run))
+    boot.watched.enter_context(_stoppable())
+
+
+def completed(boot: Boot) -> None:
+    """A run the volume holds completed trains nothing; a final upload that failed last time
+    is retried (completed is not yet safe)."""
+    cfg = boot.run.settings
+    provider.check(cfg)
+    if progress.run_state(cfg.run_dir) != "completed":
+        return
+    log.info("run %s already completed: nothing to train (set RUN_NAME for a new run)",
+             cfg.run_dir)  # fmt: skip
+    finishing = cfg.output_repo and cfg.node_rank == 0
+    raise Finished(upload.flush(cfg, runtime=boot.run.runtime) if finishing else ExitCode.OK)
+
+
+def check(boot: Boot) -> None:
+    """The preflight, in its own process; its verdict in the status."""
+    cfg = boot.run.settings
+    if code := processes.preflight(boot.run):
+        if reason := preflight.read(cfg).get("error"):
+            status.record(cfg.volume, "failed", reason=reason)
+        raise Finished(code)
+    boot.verdict = preflight.read(cfg)
+    status.record(cfg.volume, "preflight", gpu=preflight.summary(boot.verdict),
+                  notes=boot.verdict["notes"])  # fmt: skip
+
+
+def resuming(boot: Boot) -> None:
+    """With OUTPUT_REPO, the run as the Hub holds it; a new run proves it can write there
+    before all else. Without, the warning that the weights stay on this volume."""
+    cfg = boot.run.settings
+    if not cfg.output_repo:
+        log.warning("OUTPUT_REPO is not set: the weights stay on this volume only; if the "
+                    "machine goes, they go with it")  # fmt: skip
+        return
+    status.record(cfg.volume, "resuming")
+    boot.previous = resume.fetch(cfg)
+    if progress.run_state(cfg.run_dir) == "completed":
+        log.info("run %s already completed on %s: nothing to train (set RUN_NAME for a new "
+                 "run)", cfg.run_name, cfg.output_repo)  # fmt: skip
+        raise Finished(ExitCode.OK)
+    if boot.previous is None and cfg.node_rank == 0:
+        upload.prepare(cfg, publish.provenance(cfg, boot.verdict, None))
+
+
+def within_budget(boot: Boot) -> None:
+    """MAX_COST, before anything is staged: a run whose earlier containers spent it, or would
+    with one more epoch (the rule at each epoch's end), ends here."""
+    cfg = boot.run.settings
+    if not cfg.max_cost:
+        return
+    spent, per_epoch = pricing.before_start(cfg.run_dir, boot.previous)
+    if spent + per_epoch > cfg.max_cost:
+        raise TrainboxError(
+            f"MAX_COST=${cfg.max_cost:.2f} reached: the run has cost ${spent:.2f} in its earlier "
+            f"containers"
+            + (f" and an epoch costs ${per_epoch:.2f}" if per_epoch else "")
+            + "; nothing was staged or trained; raise MAX_COST to train on",
+            ExitCode.BUDGET,
+        )
+
+
+def start_weights(boot: Boot) -> None:
+    """Which start weights and teacher the run needs (asked for, not yet downloaded)."""
+    cfg = boot.run.settings
+    boot.found = None if resume.has_checkpoint(cfg) else weights.source(cfg)
+    boot.teacher = weights.teacher(cfg)  # distill_model's, a resumed run's too
+
+
+def staging(boot: Boot) -> None:
+    """The dataset on the volume, once the whole run is known to fit; the start weights
+    download meanwhile."""
+    cfg = boot.run.settings
+    status.record(cfg.volume, "staging")
+    doctor = processes.doctor if cfg.doctor else None
+    boot.source = dataset.pending(cfg)
+    if not boot.source:
+        dataset.stage(cfg, boot.source, doctor)
+    start = weights.check(cfg, boot.found)
+    fits(cfg.workspace, {
+        "dataset": dataset.left(cfg, boot.source),
+        "start weights": start,
+        "teacher": sum(weights.check(cfg, each) for each in boot.teacher),
+        "checkpoints and exports": outputs.left(cfg, boot.found, start),
+    })  # fmt: skip
+    fetching = weights.Background(cfg, boot.found, *boot.teacher)
+    if boot.source:
+        dataset.stage(cfg, boot.source, doctor)
+    fetching.result()
+
+
+def provenance(boot: Boot) -> None:
+    """The run's manifest: what trains on what, with its earlier containers' bills. A resume
+    is checked to go on with the same data; the Hub keeps the run's manifest until then."""
+    cfg = boot.run.settings
+    manifest = publish.provenance(cfg, boot.verdict, dataset.identity(cfg))
+    kept = boot.previous or store.manifest(publish.folder(cfg.run_dir))
+    for key in ("billed", "costs"):  # the run's earlier containers
+        manifest[key] = kept.get(key, [])
+    if boot.previous:
+        resume.check_dataset(cfg, boot.previous, manifest)
+        if cfg.node_rank == 0:
+            upload.prepare(cfg, manifest)  # writes it here too
+    else:
+        publish.write_manifest(cfg.run_dir, manifest)
+
+
+def supervision(boot: Boot) -> None:
+    """Training: the run, prepared once for its programs, and supervisord running them (train,
+    the uploader, the dashboard) until training ends, the watchdog fires or a stop comes."""
+    run, verdict = boot.run, boot.verdict
+    boot.run = run.with_prepared(Prepared(gpus=len(verdict["gpus"]), workers=verdict["workers"],
+                                          data_yaml=dataset.data_yaml(run.settings)))  # fmt: skip
+    status.record(run.volume, "training")
+    command = distributed.command(run.settings, len(verdict["gpus"]))
+    boot.stopped = supervise.run(run.settings, command, run.runtime)
+    if report := store.export_report(run.settings.workspace):  # the train program's own file
+        status.note(run.volume, export=report)
+
+
+STEPS: tuple[Callable[[Boot], None], ...] = (
+    settings, lock, watch, completed, check, resuming, within_budget, start_weights, staging,
+    provenance, supervision,
+)  # fmt: skip
+
+
+@contextlib.contextmanager
+def _stoppable() -> Iterator[None]:
+    """Until supervisord takes over (its own handlers replace these), a stop signal raises
+    the one line of an interrupted start."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise TrainboxError(
+            f"{signal.Signals(signum).name} received before training: stopped; a restart goes "
+            "on from here",
+            ExitCode.INTERRUPTED,
+        )
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def fits(workspace: Path, parts: dict[str, int]) -> None:
+    """Stop when the volume's free space cannot hold what the run will still write
+    (``parts``: what, bytes). No margin: only a run that cannot fit is refused (``trainbox
+    plan disk`` adds one to choose a disk); the xet cache's caps are not counted."""
+    need = sum(parts.values())
+    free = shutil.disk_usage(workspace).free
+    shown = ", ".join(f"{what} {size / GB:.2f} GB" for what, size in parts.items() if size)
+    if need > free:
+        raise TrainboxError(
+            f"not enough space on {workspace} for the whole run: it will still write about "
+            f"{need / GB:.2f} GB ({shown}) and {free / GB:.2f} GB is free; give the volume at "
+            f"least {(need - free) / GB:.2f} GB more (trainbox plan disk shows the sum)",
+            ExitCode.DISK,
+        )
+    log.info("disk: the run will still write about %.2f GB%s; %.2f GB free", need / GB,
+             f" ({shown})" if shown else "", free / GB)  # fmt: skip

@@ -220,7 +220,7 @@ def plan_disk(
         tars=len(source.shards),
         start_weights=int(start_mb * 1e6) if start_mb is not None else plan.start_bytes(cfg),
         teacher=int(teacher_mb * 1e6) if teacher_mb is not None else plan.teacher_bytes(cfg),
-        exports=exports if exports is not None else len(export.formats(cfg)),
+        exports=exports if exports is not None else len(export.formats(cfg.export)),
         zipped=isinstance(source, published.Source) and source.form == "archive",
     )
     click.echo("\n".join(lines))

@@ -30,7 +30,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from entrypoint.errors import ExitCode, TrainboxError
-from entrypoint.settings.config import Config
 
 log = logging.getLogger("trainbox")
 
@@ -84,11 +83,11 @@ def machine(environ: Mapping[str, str] = os.environ) -> Machine | None:
     return None
 
 
-def action(cfg: Config, found: Machine | None) -> str:
+def action(on_exit: str, found: Machine | None) -> str:
     """ON_EXIT resolved on ``found`` (this machine): ``auto`` is ``stop`` on a vast.ai instance
     or RunPod pod, else none."""
-    if cfg.on_exit != "auto":
-        return cfg.on_exit
+    if on_exit != "auto":
+        return on_exit
     return "stop" if found else "none"
 
 
@@ -140,16 +139,16 @@ def requests(found: Machine, how: str, vast_api_url: str, runpod_api_url: str) -
     return [rest, Request("RunPod", "POST", f"{base}/graphql", body, found.key, graphql=True)]
 
 
-def check(cfg: Config, environ: Mapping[str, str] = os.environ) -> None:
+def check(on_exit: str, output_repo: str, environ: Mapping[str, str] = os.environ) -> None:
     """At start: an ON_EXIT that was asked for must be able to act; destroy only ever after
-    an upload (a stop keeps the volume, and the weights on it)."""
+    an upload to ``output_repo`` (a stop keeps the volume, and the weights on it)."""
     found = machine(environ)
-    how = action(cfg, found)
+    how = action(on_exit, found)
     if how == "none":
-        if found and cfg.on_exit == "none":
+        if found and on_exit == "none":
             log.warning(found.left_running)
         return
-    if how == "destroy" and not cfg.output_repo:
+    if how == "destroy" and not output_repo:
         raise TrainboxError(
             "ON_EXIT=destroy needs OUTPUT_REPO: without an upload, destroying the machine would "
             "take the only copy of the weights with it (ON_EXIT=stop keeps the volume)",
@@ -167,7 +166,7 @@ def check(cfg: Config, environ: Mapping[str, str] = os.environ) -> None:
                     "it %s: %s", how, found.provider, found.exited, found.stop_hint)  # fmt: skip
         return
     log.info("ON_EXIT=%s: %s will be asked once the run has ended%s", how, found.provider,
-             " and its upload is verified" if cfg.output_repo else "")  # fmt: skip
+             " and its upload is verified" if output_repo else "")  # fmt: skip
 
 
 def send(found: Request) -> None:

@@ -159,13 +159,13 @@ def summary(result: dict) -> str:
     return f"{', '.join(cards) or 'CPU'}; torch {result['torch']}{driver}; preflight passed"
 
 
-def read(cfg: Config) -> dict:
-    """The verdict the last preflight wrote ({} before one)."""
-    return store.verdict(cfg.workspace)
+def read(workspace: Path) -> dict:
+    """The verdict the last preflight wrote on the volume ({} before one)."""
+    return store.verdict(workspace)
 
 
-def workers(cfg: Config) -> int:
+def workers(workspace: Path, asked: int) -> int:
     """The dataloader workers to train with: the preflight's (it may have lowered WORKERS),
-    else WORKERS (``trainbox train`` run by hand, without a preflight)."""
-    found = read(cfg).get("workers")
-    return found if isinstance(found, int) else cfg.workers
+    else ``asked``, WORKERS (``trainbox train`` run by hand, without a preflight)."""
+    found = read(workspace).get("workers")
+    return found if isinstance(found, int) else asked

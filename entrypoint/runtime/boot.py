@@ -28,7 +28,7 @@ from entrypoint.gateways import hub, provider
 from entrypoint.preflight import check as preflight
 from entrypoint.runtime import pricing, processes, ssh, supervise, watchdog
 from entrypoint.settings import options
-from entrypoint.state import budget, status, store
+from entrypoint.state import budget, snapshot, status, store
 from entrypoint.state.run import Prepared, Run
 from entrypoint.training import distributed, export, outputs, progress, publish, resume, weights
 from entrypoint.upload import uploader as upload
@@ -102,7 +102,7 @@ def completed(boot: Boot) -> None:
     """A run the volume holds completed trains nothing; a final upload that failed last time
     is retried (completed is not yet safe)."""
     cfg = boot.run.settings
-    provider.check(cfg)
+    provider.check(cfg.on_exit, cfg.output_repo)
     if progress.run_state(cfg.run_dir) != "completed":
         return
     log.info("run %s already completed: nothing to train (set RUN_NAME for a new run)",
@@ -115,10 +115,10 @@ def check(boot: Boot) -> None:
     """The preflight, in its own process; its verdict in the status."""
     cfg = boot.run.settings
     if code := processes.preflight(boot.run):
-        if reason := preflight.read(cfg).get("error"):
+        if reason := preflight.read(cfg.workspace).get("error"):
             status.record(cfg.volume, "failed", reason=reason)
         raise Finished(code)
-    boot.verdict = preflight.read(cfg)
+    boot.verdict = preflight.read(cfg.workspace)
     status.record(cfg.volume, "preflight", gpu=preflight.summary(boot.verdict),
                   notes=boot.verdict["notes"])  # fmt: skip
 
@@ -161,7 +161,7 @@ def within_budget(boot: Boot) -> None:
 def start_weights(boot: Boot) -> None:
     """Which start weights and teacher the run needs (asked for, not yet downloaded)."""
     cfg = boot.run.settings
-    boot.found = None if resume.has_checkpoint(cfg) else weights.source(cfg)
+    boot.found = None if resume.has_checkpoint(cfg.run_dir) else weights.source(cfg)
     boot.teacher = weights.teacher(cfg)  # distill_model's, a resumed run's too
 
 
@@ -174,14 +174,14 @@ def staging(boot: Boot) -> None:
     boot.source = dataset.pending(cfg)
     if not boot.source:
         dataset.stage(cfg, boot.source, doctor)
-    start = weights.check(cfg, boot.found)
+    start = weights.check(boot.found, cfg.hub_wait)
     fits(cfg.workspace, {
         "dataset": dataset.left(cfg, boot.source),
         "start weights": start,
-        "teacher": sum(weights.check(cfg, each) for each in boot.teacher),
+        "teacher": sum(weights.check(each, cfg.hub_wait) for each in boot.teacher),
         "checkpoints and exports": outputs.left(cfg, boot.found, start),
     })  # fmt: skip
-    fetching = weights.Background(cfg, boot.found, *boot.teacher)
+    fetching = weights.Background(cfg.hub_wait, boot.found, *boot.teacher)
     if boot.source:
         dataset.stage(cfg, boot.source, doctor)
     fetching.result()
@@ -192,7 +192,7 @@ def provenance(boot: Boot) -> None:
     is checked to go on with the same data; the Hub keeps the run's manifest until then."""
     cfg = boot.run.settings
     manifest = publish.provenance(cfg, boot.verdict, dataset.identity(cfg))
-    kept = boot.previous or store.manifest(publish.folder(cfg.run_dir))
+    kept = boot.previous or store.manifest(snapshot.folder(cfg.run_dir))
     for key in ("billed", "costs"):  # the run's earlier containers
         manifest[key] = kept.get(key, [])
     if boot.previous:

@@ -114,7 +114,7 @@ def settle(
     before = remember(cfg.workspace, code)
     if code == ExitCode.INTERRUPTED:
         return code
-    how = provider.action(cfg, found)
+    how = provider.action(cfg.on_exit, found)
     if how == "none":
         if final(code, before):
             log.warning(found.left_running)

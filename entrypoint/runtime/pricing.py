@@ -1,8 +1,12 @@
-"""The machine's price, read by the watchdog at its start and every ``cost.PRICE_SECONDS``
-(never on the training path): ``PRICE_PER_HOUR`` when set, else the provider's API (RunPod,
-vast.ai) through ``gateways.provider``. A price that cannot be read is said once, with what
-to set, and the run goes on without money figures; a read that fails after one that worked
-keeps the last price."""
+"""The machine's price and what the run cost.
+
+The price is read by the watchdog at its start and every ``cost.PRICE_SECONDS`` (never on the
+training path): ``PRICE_PER_HOUR`` when set, else the provider's API (RunPod, vast.ai)
+through ``gateways.provider``. A price that cannot be read is said once, with what to set,
+and the run goes on without money figures; a read that fails after one that worked keeps the
+last price. ``figures`` is the status's money block, ``before_start`` what the run's earlier
+containers spent (for ``MAX_COST`` before staging), ``report`` the job's last word on the
+seconds billed idle and the dollars spent (``state.cost`` does the arithmetic)."""
 
 import logging
 import threading
@@ -12,7 +16,7 @@ from typing import Any
 
 from entrypoint.gateways import provider
 from entrypoint.settings.config import Config
-from entrypoint.state import budget, cost, status, store, view
+from entrypoint.state import budget, cost, snapshot, status, store, view
 from entrypoint.training import progress, publish
 
 log = logging.getLogger("trainbox")
@@ -91,7 +95,7 @@ def figures(cfg: Config, state: dict[str, Any], now: float | None = None) -> dic
         held = store.prices(cfg.volume)
         mine_too = held.get("container_started") == store.clock(cfg.volume).get("started")
         return {"unknown": held["unknown"]} if mine_too and held.get("unknown") else None
-    before = cost.earlier(store.manifest(publish.folder(cfg.run_dir)), mine["container_started"])
+    before = cost.earlier(store.manifest(snapshot.folder(cfg.run_dir)), mine["container_started"])
     return cost.summary(mine, before, state.get("training") or {})
 
 
@@ -99,7 +103,7 @@ def before_start(run_dir: Path, manifest: dict[str, Any] | None = None) -> tuple
     """What the run's earlier containers cost and their last epoch's cost, as its manifest
     keeps them (the Hub's on a resume, else the volume's)."""
     return cost.so_far(manifest if manifest is not None else
-                       store.manifest(publish.folder(run_dir)))  # fmt: skip
+                       store.manifest(snapshot.folder(run_dir)))  # fmt: skip
 
 
 def report(cfg: Config) -> None:
@@ -150,5 +154,5 @@ def _report_cost(cfg: Config) -> None:
 def _uploaded_bill(cfg: Config) -> dict | None:
     """This container's bill as the final upload recorded it, if it ran."""
     started = store.clock(cfg.volume).get("started")
-    bills = store.manifest(publish.folder(cfg.run_dir)).get("billed", [])
+    bills = store.manifest(snapshot.folder(cfg.run_dir)).get("billed", [])
     return next((b for b in bills if b.get("container_started") == started), None)

@@ -76,7 +76,7 @@ def launch(run: Run, procs: int) -> int:
     for stop in (signal.SIGINT, signal.SIGTERM):
         signal.signal(stop, signal.SIG_IGN)
     command = distributed.torchrun(cfg, procs)
-    code = subprocess.run(command, env=distributed.environment(cfg), check=False).returncode
+    code = subprocess.run(command, env=distributed.environment(cfg.device), check=False).returncode
     return distributed.verdict(cfg, code, store.code(runtime, "rank"), store.failures(runtime),
                                store.started(runtime))  # fmt: skip
 

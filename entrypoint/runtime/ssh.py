@@ -36,20 +36,12 @@ NOT_FOR_SESSIONS = {"SSH_PUBLIC_KEY"}
 
 def host_key(workspace: Path) -> Path:
     """This box's host key, on the volume: made once, kept across restarts."""
-    key = store.ssh_key_path(workspace)
-    if not key.is_file():
-        key.parent.mkdir(parents=True, exist_ok=True)
-        key.parent.chmod(0o700)
-        scratch = key.with_name(f".{key.name}.new")
-        for stale in (scratch, scratch.with_suffix(".new.pub")):
-            stale.unlink(missing_ok=True)
-        subprocess.run(
-            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "trainbox", "-f", str(scratch)],
-            check=True,
-        )
-        os.replace(scratch.with_suffix(".new.pub"), key.with_suffix(".pub"))
-        os.replace(scratch, key)  # last: a half-made key is never taken for a whole one
-    return key
+
+    def make(scratch: Path) -> None:
+        command = ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "trainbox", "-f"]
+        subprocess.run([*command, str(scratch)], check=True)
+
+    return store.host_key(workspace, make)
 
 
 def session_environment(environ: dict[str, str]) -> dict[str, str]:

@@ -225,9 +225,41 @@ def volume(workspace: Path, node_rank: int) -> Iterator[None]:
         os.close(fd)
 
 
-def ssh_key_path(workspace: Path) -> Path:
-    """The SSH host key, kept on the volume so a new container keeps the fingerprint."""
-    return workspace / FOLDER / "ssh" / "ssh_host_ed25519_key"
+def host_key(workspace: Path, make: Callable[[Path], None]) -> Path:
+    """The SSH host key, kept on the volume so a new container keeps the fingerprint: made
+    once, by ``make(scratch)`` (ssh-keygen, run by ``runtime.ssh``), which writes ``scratch``
+    and ``scratch.pub``; the public half takes its place first, the key last, so a half-made
+    key is never taken for a whole one. Its path."""
+    key = workspace / FOLDER / "ssh" / "ssh_host_ed25519_key"
+    if key.is_file():
+        return key
+    key.parent.mkdir(parents=True, exist_ok=True)
+    key.parent.chmod(0o700)
+    scratch = key.with_name(f".{key.name}.new")
+    for stale in (scratch, scratch.with_suffix(".new.pub")):
+        stale.unlink(missing_ok=True)
+    make(scratch)
+    os.replace(scratch.with_suffix(".new.pub"), key.with_suffix(".pub"))
+    os.replace(scratch, key)
+    return key
+
+
+# -- LibreYOLO's own files in a run folder: read only, never written here ----------------------
+
+
+def libreyolo_status(run_dir: Path) -> dict[str, Any]:
+    """LibreYOLO's ``status.json``: its ``state``, epochs, ETA, metrics ({} before it starts)."""
+    return read_json(run_dir / "status.json")
+
+
+def write_libreyolo_status(run_dir: Path, text: bytes) -> None:
+    """A completed run's ``status.json`` as the Hub holds it (the resume of a finished run)."""
+    write_atomic(run_dir / "status.json", text)
+
+
+def libreyolo_profile(run_dir: Path) -> dict[str, Any]:
+    """LibreYOLO's ``PROFILE_STEPS`` verdict, ``profile/profile_summary.json`` ({} if none)."""
+    return read_json(run_dir / "profile" / "profile_summary.json")
 
 
 # -- In a start's runtime folder ---------------------------------------------------------------

@@ -58,7 +58,7 @@ def torchrun(cfg: Config, procs: int) -> list[str]:
     ]  # fmt: skip
 
 
-def environment(cfg: Config, parent: dict[str, str] | None = None) -> dict[str, str]:
+def environment(device: str, parent: dict[str, str] | None = None) -> dict[str, str]:
     """torchrun's environment: DEVICE's GPUs alone visible, in DEVICE's order.
 
     libreyolo puts rank N on ``cuda:LOCAL_RANK`` whatever ``device`` says (its
@@ -66,9 +66,9 @@ def environment(cfg: Config, parent: dict[str, str] | None = None) -> dict[str, 
     preflight did not check. Indices count among the GPUs already visible, as torch counts them.
     """
     env = dict(os.environ if parent is None else parent)
-    if cfg.device in ("auto", "cpu"):
+    if device in ("auto", "cpu"):
         return env
-    wanted = [int(i) for i in cfg.device.split(",")]
+    wanted = [int(i) for i in device.split(",")]
     visible = [v for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     env["CUDA_VISIBLE_DEVICES"] = ",".join(visible[i] if visible else str(i) for i in wanted)
     return env

@@ -26,8 +26,9 @@ log = logging.getLogger("trainbox")
 FOLDER = "export"
 
 
-def formats(cfg: Config) -> list[str]:
-    return [name.strip().lower() for name in cfg.export.split(",") if name.strip()]
+def formats(export: str) -> list[str]:
+    """The formats EXPORT names, in its order."""
+    return [name.strip().lower() for name in export.split(",") if name.strip()]
 
 
 def _registry() -> dict[str, Any]:
@@ -43,31 +44,31 @@ def _registry() -> dict[str, Any]:
 def check(cfg: Config) -> None:
     """At start: every EXPORT format is one LibreYOLO has, allows for MODEL's family and task,
     and finds its packages in this image (its own checks, which it runs only after training)."""
-    if not formats(cfg):
+    if not formats(cfg.export):
         return
     known = _registry()
     found = family.of(cfg.model)
-    for name in formats(cfg):
+    for name in formats(cfg.export):
         if name not in known:
-            raise _refused(cfg, f"{name!r} is not a LibreYOLO export format; it has "
+            raise _refused(cfg.export, f"{name!r} is not a LibreYOLO export format; it has "
                                 f"{', '.join(sorted(known))}")  # fmt: skip
         if found and (support := _support(found, name)).tier == "blocked":
-            raise _refused(cfg, f"LibreYOLO does not export {found.name} {found.task} to "
+            raise _refused(cfg.export, f"LibreYOLO does not export {found.name} {found.task} to "
                                 f"{name}: {support.reason}")  # fmt: skip
         needs_onnx = name == "onnx" or getattr(known[name], "requires_onnx", False)
         if needs_onnx and importlib.util.find_spec("onnx") is None:
-            raise _refused(cfg, f"{name} needs the onnx package: build the image with "
+            raise _refused(cfg.export, f"{name} needs the onnx package: build the image with "
                                 "LIBREYOLO_EXTRAS=onnx")  # fmt: skip
         try:
             _available(name)
         except (ImportError, RuntimeError, OSError) as err:
             first = str(err).strip().splitlines()[0].split(". ")[0].rstrip(".")
-            raise _refused(cfg, f"{first}; LibreYOLO's extra for it is a build argument: "
+            raise _refused(cfg.export, f"{first}; LibreYOLO's extra for it is a build argument: "
                                 f"LIBREYOLO_EXTRAS={name}") from None  # fmt: skip
 
 
-def _refused(cfg: Config, why: str) -> TrainboxError:
-    return TrainboxError(f"EXPORT={cfg.export}: {why}", ExitCode.CONFIG)
+def _refused(export: str, why: str) -> TrainboxError:
+    return TrainboxError(f"EXPORT={export}: {why}", ExitCode.CONFIG)
 
 
 def _support(found: family.Family, name: str) -> Any:
@@ -96,16 +97,18 @@ def _device(cfg: Config) -> str:
 def run(cfg: Config) -> dict[str, str]:
     """Export ``best.pt`` (else ``last.pt``) to each format; {format: file or error}. Never
     raises: training is complete whatever happens here."""
-    if not formats(cfg):
+    if not formats(cfg.export):
         return {}
     weights = cfg.run_dir / "weights"
     source = next((p for p in (weights / "best.pt", weights / "last.pt") if p.is_file()), None)
     results: dict[str, str] = {}
     if source is None:
-        results = dict.fromkeys(formats(cfg), "failed: no best.pt or last.pt to export")
+        results = dict.fromkeys(formats(cfg.export), "failed: no best.pt or last.pt to export")
     else:
         known = _registry()
-        results = {name: _one(cfg, source, name, known[name].suffix) for name in formats(cfg)}
+        results = {
+            name: _one(cfg, source, name, known[name].suffix) for name in formats(cfg.export)
+        }
     store.write_export_report(cfg.workspace, results)  # the job puts it in the status
     index = snapshot.read_index(cfg.run_dir)
     publish.publish(cfg.run_dir, index["epoch"])  # the uploader's final flush pushes them

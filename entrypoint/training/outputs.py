@@ -71,7 +71,7 @@ def left(cfg: Config, start: "weights.Source | None", fetching: int) -> int:
     if cfg.node_rank:
         return 0
     whole = Outputs(_checkpoint(cfg, start, fetching), cfg.epochs, cfg.save_period,
-                    len(export.formats(cfg)))  # fmt: skip
+                    len(export.formats(cfg.export)))  # fmt: skip
     held = sum(f.stat().st_size for folder in (cfg.run_dir, snapshot.folder(cfg.run_dir))
                for f in folder.rglob("*") if f.is_file())  # fmt: skip
     return max(0, whole.total - held)

@@ -141,7 +141,7 @@ def train(cfg: Config, run: Prepared) -> None:
     """
     from entrypoint.training.resume import checkpoint
 
-    resume_from = checkpoint(cfg)
+    resume_from = checkpoint(cfg.run_dir)
     if cfg.profile_steps and not resume_from:
         profile(cfg, run)
     model = _build_model(cfg, resume_from)
@@ -171,7 +171,9 @@ def train(cfg: Config, run: Prepared) -> None:
 def by_hand(cfg: Config) -> Prepared:
     """What a ``trainbox train`` run by hand, without the job, trains with: the last
     preflight's workers if one ran, the staged data.yaml."""
-    return Prepared(gpus=0, workers=preflight.workers(cfg), data_yaml=data_yaml(cfg))
+    return Prepared(
+        gpus=0, workers=preflight.workers(cfg.workspace, cfg.workers), data_yaml=data_yaml(cfg)
+    )
 
 
 def main(here: Run) -> int:

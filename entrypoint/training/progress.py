@@ -17,13 +17,13 @@ KEYS = ("state", "completed_epochs", "total_epochs", "epoch_seconds", "eta_secon
 
 def run_state(run_dir: Path) -> str | None:
     """libreyolo's ``state`` (running, completed, failed) for a run, or None if it never started."""
-    return store.read_json(run_dir / "status.json").get("state")
+    return store.libreyolo_status(run_dir).get("state")
 
 
 def training(run_dir: Path) -> tuple[dict[str, Any], str | None]:
     """The training fields, from libreyolo's status.json, and the time of the last sign of
     progress in the run folder (status.json, metrics.jsonl or train.log written)."""
-    theirs = store.read_json(run_dir / "status.json")
+    theirs = store.libreyolo_status(run_dir)
     fields = {key: theirs[key] for key in KEYS if theirs.get(key) is not None}
     if "epoch_seconds" not in fields and (seconds := _last_epoch_seconds(run_dir)):
         fields["epoch_seconds"] = seconds  # LibreYOLO's final status.json drops it
@@ -47,7 +47,7 @@ def _last_epoch_seconds(run_dir: Path) -> float | None:
 
 def profile(run_dir: Path) -> dict[str, Any] | None:
     """The PROFILE_STEPS verdict, from libreyolo's profile_summary.json, or None."""
-    summary = store.read_json(run_dir / "profile" / "profile_summary.json")
+    summary = store.libreyolo_profile(run_dir)
     if not summary:
         return None
     real, analysis = summary.get("real", {}), summary.get("analysis", {})

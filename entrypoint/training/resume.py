@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from entrypoint.errors import ExitCode, TrainboxError
-from entrypoint.files import copy_atomic, write_atomic
+from entrypoint.files import copy_atomic
 from entrypoint.gateways import hub
 from entrypoint.settings import options
 from entrypoint.settings.config import Config
+from entrypoint.state import store
 from entrypoint.state.snapshot import INDEX, MANIFEST
 from entrypoint.state.snapshot import folder as published
 from entrypoint.training.progress import run_state
@@ -38,42 +39,38 @@ def loads(path: Path) -> bool:
     return True
 
 
-def _last(cfg: Config) -> tuple[Path, Path]:
+def _last(run_dir: Path) -> tuple[Path, Path]:
     """This volume's checkpoints of the run: weights/last.pt and its published copy."""
-    return cfg.run_dir / "weights" / "last.pt", published(cfg.run_dir) / "last.pt"
+    return run_dir / "weights" / "last.pt", published(run_dir) / "last.pt"
 
 
-def _loading(cfg: Config) -> Path | None:
+def _loading(run_dir: Path) -> Path | None:
     """The checkpoint of the run on this volume that loads, weights/last.pt first; None when
     the run is completed or none does (a torn file, killed while saving, does not)."""
-    if run_state(cfg.run_dir) == "completed":
+    if run_state(run_dir) == "completed":
         return None
-    return next((path for path in _last(cfg) if path.is_file() and loads(path)), None)
+    return next((path for path in _last(run_dir) if path.is_file() and loads(path)), None)
 
 
-def checkpoint(cfg: Config) -> Path | None:
+def checkpoint(run_dir: Path) -> Path | None:
     """The checkpoint an interrupted run resumes from, put back in weights/; None: start anew."""
-    last, copy = _last(cfg)
-    found = _loading(cfg)
+    last, copy = _last(run_dir)
+    found = _loading(run_dir)
     if found == copy:
         log.warning("%s is torn (killed while saving): resuming from the published copy", last)
         copy_atomic(copy, last)  # the published copy is never written in place
-    elif (
-        found is None
-        and run_state(cfg.run_dir) != "completed"
-        and (last.is_file() or copy.is_file())
-    ):
-        log.warning("no checkpoint of %s loads: training starts from the beginning", cfg.run_dir)
+    elif found is None and run_state(run_dir) != "completed" and (last.is_file() or copy.is_file()):
+        log.warning("no checkpoint of %s loads: training starts from the beginning", run_dir)
     return last if found else None
 
 
-def has_checkpoint(cfg: Config) -> bool:
+def has_checkpoint(run_dir: Path) -> bool:
     """This volume holds a checkpoint of the run that loads: it goes on from there, not from
     MODEL. The same test as ``checkpoint``'s, so that a torn one leaves the start weights to
     be fetched (through the gateway), not to LibreYOLO's own download when training starts.
     On a volume with a checkpoint it costs the job torch's import (2.8 s on the 2-core test
     machine, 2026-12-02), the price of one test for both."""
-    return _loading(cfg) is not None
+    return _loading(run_dir) is not None
 
 
 def epoch_of(path: Path) -> int:
@@ -87,9 +84,9 @@ def epoch_of(path: Path) -> int:
         return 0
 
 
-def local_epoch(cfg: Config) -> int:
+def local_epoch(run_dir: Path) -> int:
     """The epochs of the newest checkpoint on this volume that loads (0: none)."""
-    return max(epoch_of(path) for path in _last(cfg))
+    return max(epoch_of(path) for path in _last(run_dir))
 
 
 def _on_hub(cfg: Config, name: str) -> hub.Target:
@@ -129,13 +126,13 @@ def fetch(cfg: Config) -> dict[str, Any] | None:
     manifest = hub.read(_on_hub(cfg, MANIFEST), wait=cfg.hub_wait)
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     if json.loads(found[0]).get("state") == "completed":
-        write_atomic(cfg.run_dir / "status.json", found[0])
+        store.write_libreyolo_status(cfg.run_dir, found[0])
         log.info("run %s is completed on %s", cfg.run_name, cfg.output_repo)
         return None
     if manifest:  # before any checkpoint is fetched, and before staging
         check_options(cfg, json.loads(manifest[0]), options.effective(cfg))
     held, commit = hub_epoch(cfg, wait=cfg.hub_wait)
-    here = local_epoch(cfg)
+    here = local_epoch(cfg.run_dir)
     if held and (held > here or cfg.nnodes > 1):
         _take(cfg, commit, held, here)
     elif here:

@@ -172,12 +172,13 @@ def _source(cfg: Config, setting: str, model: str, pretrained: bool) -> Source |
     return Source(target, cfg.workspace / FOLDER / target.repo / target.name, f"{setting}={model}")
 
 
-def check(cfg: Config, found: Source | None) -> int:
-    """Before staging: the weights exist where their setting says (one metadata request);
-    the bytes still to fetch onto the volume (0 when they are there, or at a path)."""
+def check(found: Source | None, wait: float) -> int:
+    """Before staging: the weights exist where their setting says (one metadata request,
+    waiting up to ``wait`` s for the Hub); the bytes still to fetch onto the volume (0 when
+    they are there, or at a path)."""
     if not (found and found.target) or _here(found):
         return 0
-    remote = hub.locate(found.target, wait=cfg.hub_wait)
+    remote = hub.locate(found.target, wait=wait)
     if remote is None:
         raise _missing(found)
     return remote.size
@@ -197,8 +198,9 @@ def _missing(found: Source) -> TrainboxError:
     )
 
 
-def fetch(cfg: Config, found: Source | None) -> Path | None:
-    """The weights on the volume, downloaded once (atomically: a restart finds them)."""
+def fetch(found: Source | None, wait: float) -> Path | None:
+    """The weights on the volume, downloaded once (atomically: a restart finds them), waiting
+    up to ``wait`` s for an unreachable Hub."""
     if found is None or found.target is None:
         return found.path if found else None
     what = "start weights" if found.target.setting == "MODEL" else "distillation teacher"
@@ -208,12 +210,12 @@ def fetch(cfg: Config, found: Source | None) -> Path | None:
     if found.path is None:
         log.info("fetching the %s %s from %s into the Hub cache", what, found.target.name,
                  found.target.repo)  # fmt: skip
-        if hub.cache(found.target, wait=cfg.hub_wait) is None:
+        if hub.cache(found.target, wait=wait) is None:
             raise _missing(found)
         return None
     found.path.parent.mkdir(parents=True, exist_ok=True)
     log.info("fetching the %s %s from %s", what, found.target.name, found.target.repo)
-    if hub.download(found.target, found.path, wait=cfg.hub_wait) is None:
+    if hub.download(found.target, found.path, wait=wait) is None:
         raise _missing(found)
     log.info("%s fetched: %s", what, found.path)
     return found.path
@@ -226,16 +228,16 @@ class Background:
     Daemon threads: a stop signal during staging ends the job without waiting for them (a
     ``.part`` file is left hidden, and a restart downloads again)."""
 
-    def __init__(self, cfg: Config, *found: Source | None) -> None:
+    def __init__(self, wait: float, *found: Source | None) -> None:
         self.errors: list[BaseException] = []
-        self.threads = [threading.Thread(target=self._run, args=(cfg, each), daemon=True)
+        self.threads = [threading.Thread(target=self._run, args=(wait, each), daemon=True)
                         for each in found if each]  # fmt: skip
         for thread in self.threads:
             thread.start()
 
-    def _run(self, cfg: Config, found: Source) -> None:
+    def _run(self, wait: float, found: Source) -> None:
         try:
-            fetch(cfg, found)
+            fetch(found, wait)
         except BaseException as err:  # handed to the main thread by result()
             self.errors.append(err)
 

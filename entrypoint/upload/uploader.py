@@ -41,8 +41,8 @@ from entrypoint.training.publish import record_billing, record_final_cost, write
 log = logging.getLogger("trainbox")
 
 
-def target(cfg: Config) -> hub.Target:
-    return hub.Target("OUTPUT_REPO", cfg.output_repo, repo_type="model")
+def target(output_repo: str) -> hub.Target:
+    return hub.Target("OUTPUT_REPO", output_repo, repo_type="model")
 
 
 def read_ledger(cfg: Config) -> dict[str, Any]:
@@ -54,7 +54,7 @@ def prepare(cfg: Config, manifest: dict[str, Any]) -> None:
     manifest. A refusal stops the run (exit 7); a Hub that cannot be asked for HUB_WAIT
     seconds too (exit 5): training without knowing where its weights can go bills blind."""
     write_manifest(cfg.run_dir, manifest)
-    where = target(cfg)
+    where = target(cfg.output_repo)
     hub.ensure_repo(where, private=True, wait=cfg.hub_wait)
     start = {f"{cfg.run_name}/{MANIFEST}": published(cfg.run_dir) / MANIFEST}
     hub.put(where, start, f"{cfg.run_name}: start", wait=cfg.hub_wait)
@@ -144,7 +144,7 @@ class Uploader:
                     ExitCode.UPLOAD,
                 )
             try:
-                info = hub.commit(target(self.cfg), operations, f"{run}: epoch {epoch}",
+                info = hub.commit(target(self.cfg.output_repo), operations, f"{run}: epoch {epoch}",
                                   parent=parent, wait=wait, transfers=self.transfers)  # fmt: skip
                 break
             except hub.BranchMoved:
@@ -242,7 +242,7 @@ def verify(cfg: Config) -> bool:
     if not paths or any(held.get(path, {}).get("sha256") != d for path, d in paths.items()):
         return False
     try:
-        remote = hub.paths_info(target(cfg), list(paths), wait=min(cfg.hub_wait, 60))
+        remote = hub.paths_info(target(cfg.output_repo), list(paths), wait=min(cfg.hub_wait, 60))
     except TrainboxError as err:
         log.warning("could not verify the upload: %s", err)
         return False

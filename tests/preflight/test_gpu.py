@@ -205,13 +205,13 @@ def test_an_unwritable_volume_stops(tmp_path: Path) -> None:
 
 def test_the_verdict_is_written_pass_or_fail(tmp_path: Path) -> None:
     result = preflight.run(settings(tmp_path, DEVICE="auto"), FakeProbe())
-    assert preflight.read(settings(tmp_path)) == result
+    assert preflight.read(settings(tmp_path).workspace) == result
     assert result["ok"] and result["gpus"][0]["kernel_seconds"] == 0.0012
     with pytest.raises(TrainboxError):
         preflight.run(
             settings(tmp_path, DEVICE="auto"), FakeProbe(cards=[], driver_answer=(None, None))
         )
-    written = preflight.read(settings(tmp_path))
+    written = preflight.read(settings(tmp_path).workspace)
     assert written["ok"] is False and written["exit_code"] == ExitCode.PREFLIGHT
     assert written["error"].startswith("no GPU visible")
 

@@ -26,7 +26,7 @@ from tests.conftest import REPO, free_port
 
 def env_for(tmp_path: Path, device: str, **parent: str) -> dict[str, str]:
     cfg = config.load({"WORKSPACE": str(tmp_path), "DEVICE": device, "NPROC_PER_NODE": "2"})
-    return distributed.environment(cfg, {"PATH": "/usr/bin", **parent})
+    return distributed.environment(cfg.device, {"PATH": "/usr/bin", **parent})
 
 
 def test_device_indices_become_the_only_visible_gpus_in_their_order(tmp_path: Path) -> None:

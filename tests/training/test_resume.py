@@ -28,8 +28,8 @@ def test_a_torn_checkpoint_alone_leaves_the_start_weights_to_be_fetched(cfg) -> 
     last = cfg.run_dir / "weights" / "last.pt"
     last.parent.mkdir(parents=True)
     last.write_bytes(b"half a checkpoint")
-    assert resume.has_checkpoint(cfg) is False
-    assert resume.checkpoint(cfg) is None
+    assert resume.has_checkpoint(cfg.run_dir) is False
+    assert resume.checkpoint(cfg.run_dir) is None
 
 
 def test_a_torn_checkpoint_goes_on_from_its_published_copy(cfg) -> None:
@@ -37,13 +37,13 @@ def test_a_torn_checkpoint_goes_on_from_its_published_copy(cfg) -> None:
     kept = save(folder(cfg.run_dir) / "last.pt", 2)
     last.parent.mkdir(parents=True)
     last.write_bytes(b"half a checkpoint")
-    assert resume.has_checkpoint(cfg) is True
-    assert resume.checkpoint(cfg) == last and last.read_bytes() == kept
+    assert resume.has_checkpoint(cfg.run_dir) is True
+    assert resume.checkpoint(cfg.run_dir) == last and last.read_bytes() == kept
 
 
 def test_a_whole_checkpoint_is_the_one_and_nothing_is_copied(cfg) -> None:
     last = cfg.run_dir / "weights" / "last.pt"
     mine = save(last, 3)
     save(folder(cfg.run_dir) / "last.pt", 2)
-    assert resume.has_checkpoint(cfg) and resume.checkpoint(cfg) == last
+    assert resume.has_checkpoint(cfg.run_dir) and resume.checkpoint(cfg.run_dir) == last
     assert last.read_bytes() == mine

@@ -74,19 +74,19 @@ def on_hub(hub: Hub, monkeypatch: pytest.MonkeyPatch) -> Hub:
 def test_fetched_once_through_the_gateway(tmp_path: Path, on_hub: Hub) -> None:
     cfg = load(tmp_path, MODEL="hf://org/w/run/best.pt", HUB_WAIT="2")
     found = weights.source(cfg)
-    assert weights.check(cfg, found) == len(CHECKPOINT)  # the bytes still to fetch
-    path = weights.fetch(cfg, found)
+    assert weights.check(found, cfg.hub_wait) == len(CHECKPOINT)  # the bytes still to fetch
+    path = weights.fetch(found, cfg.hub_wait)
     assert path.read_bytes() == CHECKPOINT and weights.local(cfg) == path
     asked = len(on_hub.requests)
-    assert weights.check(cfg, weights.source(cfg)) == 0  # a restart: on the volume already
-    assert weights.fetch(cfg, weights.source(cfg)) == path
+    assert weights.check(weights.source(cfg), cfg.hub_wait) == 0  # a restart: on the volume already
+    assert weights.fetch(weights.source(cfg), cfg.hub_wait) == path
     assert len(on_hub.requests) == asked
 
 
 def test_a_missing_file_ends_before_staging_with_its_line(tmp_path: Path, on_hub: Hub) -> None:
     cfg = load(tmp_path, MODEL="hf://org/w/run/nope.pt", HUB_WAIT="2")
     with pytest.raises(TrainboxError) as caught:
-        weights.check(cfg, weights.source(cfg))
+        weights.check(weights.source(cfg), cfg.hub_wait)
     assert caught.value.code == ExitCode.DATASET
     assert str(caught.value) == (
         "MODEL=hf://org/w/run/nope.pt: run/nope.pt is not in the Hub model repo org/w (or the "
@@ -151,14 +151,14 @@ def test_a_dinov2_teacher_is_fetched_where_transformers_finds_it_with_the_hub_do
         ("facebook/dinov2-base", "model.safetensors", None),
     ]
     for each in files:
-        weights.check(cfg, each)
-    weights.Background(cfg, *files).result()
+        weights.check(each, cfg.hub_wait)
+    weights.Background(cfg.hub_wait, *files).result()
     assert any("/reconstructions/" in path for _, path in on_hub.requests), "not through Xet"
     assert weights.local_teacher(cfg) is None  # LibreYOLO is given the name, not a path
     asked = len(on_hub.requests)
     for each in weights.teacher(cfg):  # a restart: in the cache already, nothing asked
-        weights.check(cfg, each)
-        weights.fetch(cfg, each)
+        weights.check(each, cfg.hub_wait)
+        weights.fetch(each, cfg.hub_wait)
     assert len(on_hub.requests) == asked
     on_hub.refuse(600)  # the Hub cannot be asked once training starts
     from libreyolo.distillation.teachers import DINOv2Teacher
@@ -170,7 +170,7 @@ def test_a_missing_dinov2_teacher_ends_before_staging(tmp_path: Path, on_hub: Hu
     cfg = load(tmp_path, TRAIN_ARGS="distill_model=dinov2_vits14", HUB_WAIT="2")
     with pytest.raises(TrainboxError) as caught:
         for each in weights.teacher(cfg):
-            weights.check(cfg, each)
+            weights.check(each, cfg.hub_wait)
     assert caught.value.code == ExitCode.DATASET
     assert str(caught.value).startswith(
         "distill_model=dinov2_vits14: config.json is not in the Hub model repo "

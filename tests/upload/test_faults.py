@@ -92,7 +92,7 @@ def outcome(step: Callable[[], object]) -> object:
 
 def _resume(cfg: config.Config) -> object:
     resume.fetch(cfg)
-    return resume.local_epoch(cfg)  # HUB_EPOCH once the Hub's last.pt is taken
+    return resume.local_epoch(cfg.run_dir)  # HUB_EPOCH once the Hub's last.pt is taken
 
 
 def _write_check(cfg: config.Config) -> object:
@@ -172,11 +172,11 @@ def test_an_older_volume_takes_the_hubs_later_last_pt_and_a_later_one_keeps_its_
 ) -> None:
     published(cfg, 2)  # a volume reattached after another machine trained to epoch 3
     resume.fetch(cfg)
-    assert resume.local_epoch(cfg) == HUB_EPOCH
+    assert resume.local_epoch(cfg.run_dir) == HUB_EPOCH
     assert not publish.folder(cfg.run_dir).exists()  # its epoch-2 snapshot can never be pushed
     published(cfg, 5)  # this volume went further than the Hub (its upload failed, say)
     resume.fetch(cfg)
-    assert resume.local_epoch(cfg) == 5
+    assert resume.local_epoch(cfg.run_dir) == 5
 
 
 def test_the_uploader_never_commits_an_epoch_older_than_the_hubs(

@@ -14,7 +14,6 @@ fit; the weights come during a Hub dataset's long download, after a local one's 
 
 import contextlib
 import logging
-import os
 import shutil
 import signal
 from collections.abc import Callable, Iterator
@@ -64,13 +63,12 @@ class Boot:
 
 def settings(boot: Boot) -> None:
     """What the config's own checks cannot see, before anything is touched: LibreYOLO's
-    options and export formats for this model, the image size for its family, the Hub
-    client's settings."""
+    options and export formats for this model, the image size for its family. (The Hub
+    client's HF_XET_* settings are checked with the config, by ``cli.run``.)"""
     cfg = boot.run.settings
     options.effective(cfg)
     export.check(cfg)
     weights.check_size(cfg)
-    hub.check_settings(os.environ)
 
 
 def lock(boot: Boot) -> None:

@@ -49,9 +49,9 @@ def _ended(started: boot.Boot, happened: exits.Outcome) -> int:
     """The exit code; once the volume is this container's, how the start ended in its status
     and what the machine cost; the last line."""
     run, code = started.run, exits.decide(happened)
-    why = exits.reason(run.runtime, run.volume, code, happened) if started.locked else ""
     if not started.locked:  # before the volume was ours: nothing of the run is there
         return ending.failed(code, str(happened.error))
+    why = exits.reason(run.runtime, run.volume, code, happened)
     status.record(run.volume, status.ended(code), exit_code=int(code),
                   **({"reason": why} if why else {}))  # fmt: skip
     if happened.error is not None:

@@ -16,11 +16,14 @@ import sys
 import time
 from pathlib import Path
 
-from entrypoint.dataset import stage
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.state import store
 from entrypoint.state.run import Run
-from entrypoint.training import distributed, publish
+from entrypoint.training import distributed
+
+# The stages a function judges with are imported inside it: the supervised programs start
+# side by side with training (monitor, launch, elastic), and the dataset stage's imports (the
+# Hub client among them) made `import entrypoint.runtime.processes` 0.25 s, against 0.07 s.
 
 log = logging.getLogger("trainbox")
 
@@ -34,6 +37,8 @@ def preflight(run: Run) -> int:
 
 def doctor(data: Path) -> None:
     """``libreyolo doctor`` on a staged folder; ``stage.judge`` says what its report means."""
+    from entrypoint.dataset import stage
+
     command = [str(Path(sys.executable).with_name("libreyolo")), "doctor", str(data), "--json"]
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=1800)
@@ -55,6 +60,8 @@ def dashboard(run: Run) -> None:
     the folder exists before training writes them: supervisord restarted it in a loop, with an
     "exited: monitor (exit status 3; not expected)" line each time.
     """
+    from entrypoint.training import publish
+
     cfg = run.settings
     while not any((cfg.run_dir / marker).is_file() for marker in publish.MONITOR_MARKERS):
         time.sleep(2)

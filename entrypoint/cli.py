@@ -342,14 +342,6 @@ def monitor() -> None:
     processes.dashboard(_here())
 
 
-@cli.command("supervise-listener", hidden=True)
-def supervise_listener() -> None:
-    """supervisord event listener (internal)."""
-    from entrypoint.runtime import supervise
-
-    supervise.listen(_here().runtime)
-
-
 def setup_logging() -> None:
     """One handler, on stderr: every line once, prefixed with the logger's name."""
     logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s", stream=sys.stderr)

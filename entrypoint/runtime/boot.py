@@ -2,8 +2,9 @@
 
 Each step does one thing and records its own phase, and leaves its result in the ``Boot`` it
 is handed for the steps after it. What a step holds for the rest of the job (the volume's
-lock, sshd) goes into the boot's ``held`` stack, which the job closes once it has ended; what
-watches the steps (the watchdog) into ``watched``, closed once training has. A step that ends
+lock, supervisord and its sshd) goes into the boot's ``held`` stack, which the job closes once
+it has ended; what watches the steps (the watchdog) into ``watched``, closed once training
+has. A step that ends
 the job here raises ``Finished`` with its exit code, or its one-line ``TrainboxError``;
 ``exits.decide`` weighs them.
 
@@ -58,6 +59,7 @@ class Boot:
     found: weights.Source | None = None  # the start weights (None: from a checkpoint)
     teacher: list[weights.Source] = field(default_factory=list)
     source: dataset.Source | None = None  # a Hub dataset still to download
+    supervisor: supervise.Supervisor | None = None  # the programs' (from the lock on)
     stopped: bool = False  # a stop signal came during training
 
 
@@ -73,11 +75,12 @@ def settings(boot: Boot) -> None:
 
 def lock(boot: Boot) -> None:
     """The volume, held for this container (another container's is refused before anything
-    is written to it); sshd while the job runs and its end waits; every wait for the Hub in
-    the status, from here on; this start's status."""
+    is written to it); supervisord, for every program from here to the job's end, sshd
+    started in it; every wait for the Hub in the status, from here on; this start's status."""
     cfg, volume = boot.run.settings, boot.run.volume
     boot.held.enter_context(store.volume(cfg.workspace, cfg.node_rank))
-    boot.held.enter_context(ssh.serving(cfg))
+    sshd = boot.held.enter_context(ssh.prepared(cfg))
+    boot.supervisor = boot.held.enter_context(supervise.running(boot.run, sshd))
     boot.held.enter_context(hub.told(lambda waiting: status.note(volume, waiting=waiting)))
     boot.locked = True
     if cfg.nnodes > 1:
@@ -92,7 +95,8 @@ def watch(boot: Boot) -> None:
     """The watchdog, from here to the final upload; until training, a stop signal ends the
     job cleanly (every step cleans up on the way out: exit 130, or the watchdog's code when
     its stop is the signal)."""
-    boot.watched.enter_context(watchdog.watching(boot.run))
+    assert boot.supervisor is not None, "the lock step starts supervisord"
+    boot.watched.enter_context(watchdog.watching(boot.supervisor))
     boot.watched.enter_context(_stoppable())
 
 
@@ -205,11 +209,12 @@ def supervision(boot: Boot) -> None:
     """Training: the run, prepared once for its programs, and supervisord running them (train,
     the uploader, the dashboard) until training ends, the watchdog fires or a stop comes."""
     run, verdict = boot.run, boot.verdict
+    assert boot.supervisor is not None, "the lock step starts supervisord"
     boot.run = run.with_prepared(Prepared(gpus=len(verdict["gpus"]), workers=verdict["workers"],
                                           data_yaml=dataset.data_yaml(run.settings)))  # fmt: skip
     status.record(run.volume, "training")
     command = distributed.command(run.settings, len(verdict["gpus"]))
-    boot.stopped = supervise.run(run.settings, command, run.runtime)
+    boot.stopped = supervise.train(boot.supervisor, run.settings, command)
     if report := store.export_report(run.settings.workspace):  # the train program's own file
         status.note(run.volume, export=report)
 
@@ -222,7 +227,7 @@ STEPS: tuple[Callable[[Boot], None], ...] = (
 
 @contextlib.contextmanager
 def _stoppable() -> Iterator[None]:
-    """Until supervisord takes over (its own handlers replace these), a stop signal raises
+    """Until training (``supervise.train``'s handlers replace these), a stop signal raises
     the one line of an interrupted start."""
 
     def stop(signum: int, _frame: object) -> None:

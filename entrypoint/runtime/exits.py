@@ -5,7 +5,7 @@ What can decide it, strongest first:
 2. the watchdog enforced a limit (``watchdog``): its own code, also when its stop signal is
    what ended a step or training;
 3. a step raised its one-line error (``error``);
-4. training ended by itself (``train``, as the listener recorded it);
+4. training ended by itself (``train``, as supervisord saw it end);
 5. a stop signal arrived (``stopped``): 130;
 6. a step ended the job early (``early``: a run already completed, a failed preflight);
 7. otherwise supervisord ended before training did: 1.

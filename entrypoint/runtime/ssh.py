@@ -1,8 +1,8 @@
 """SSH into the running box, the way the providers' own images do it: when a public key is
 given (``SSH_PUBLIC_KEY``, or RunPod's ``PUBLIC_KEY``), sshd serves it, keys only.
 
-sshd runs for the whole job, from the volume lock to the end, not as a supervisord program:
-supervisord starts only after staging, and a long staging is when one most wants to look in.
+sshd runs for the whole job, from the volume lock to the end (a long staging is when one most
+wants to look in), as a supervisord program the job starts at the lock and stops last.
 Its host keys are made at the first start and kept on the volume, so a restarted container
 keeps its identity (no "host key changed" warning). The session gets the container's
 environment from an allow-list: trainbox's settings and the image's own variables, never
@@ -78,21 +78,16 @@ def sshd_config(cfg: Config, runtime: Path, key: Path, environ: dict[str, str]) 
 
 
 @contextmanager
-def serving(cfg: Config) -> Iterator[subprocess.Popen | None]:
-    """sshd for as long as the block runs, when a key is set; otherwise nothing listens."""
+def prepared(cfg: Config) -> Iterator[list[str] | None]:
+    """sshd's command, its configuration written and checked, while the block runs, when a key
+    is set (None: nothing listens); its folder goes at the end."""
     if not cfg.ssh_public_key or not _has_sshd():
         yield None
         return
     # sshd's StrictModes refuses keys under a world-writable folder such as /tmp.
     runtime = Path(tempfile.mkdtemp(prefix="trainbox-ssh-", dir=RUNTIME_PARENT))
     try:
-        daemon = _start(cfg, runtime)
-        try:
-            yield daemon
-        finally:
-            if daemon:
-                daemon.terminate()
-                daemon.wait(timeout=10)
+        yield _configured(cfg, runtime)
     finally:
         shutil.rmtree(runtime, ignore_errors=True)
 
@@ -104,7 +99,7 @@ def _has_sshd() -> bool:
     return False
 
 
-def _start(cfg: Config, runtime: Path) -> subprocess.Popen | None:
+def _configured(cfg: Config, runtime: Path) -> list[str] | None:
     write_atomic(runtime / "authorized_keys", cfg.ssh_public_key + "\n")
     (runtime / "authorized_keys").chmod(0o600)
     conf = runtime / "sshd_config"
@@ -117,4 +112,4 @@ def _start(cfg: Config, runtime: Path) -> subprocess.Popen | None:
         return None
     log.info("ssh: sshd on port %d, keys only (%d key(s))", cfg.ssh_port,
              len(cfg.ssh_public_key.splitlines()))  # fmt: skip
-    return subprocess.Popen([SSHD, "-D", "-e", "-f", str(conf)])
+    return [SSHD, "-D", "-e", "-f", str(conf)]

@@ -1,106 +1,203 @@
-"""Process control: supervisord runs the programs, and its end is the container's end.
+"""Process control: supervisord runs every long-running program, and the job tells it when.
 
-``trainbox run`` starts supervisord in the foreground as its child, forwards SIGTERM and
-SIGINT to it, and exits with the ``train`` program's exit code, which an event listener
-records when training ends on its own and then shuts supervisord down.
+The job (``trainbox run``) starts supervisord as it takes the volume and stops it at its
+very end. Every program is in its config and none starts by itself: the job starts sshd
+there and then, the watchdog for the steps it watches, and train, the uploader and the
+dashboard once staging is done (train's command, known only then, in an included file). It
+waits for train to end, or for a stop signal, which it keeps for itself (supervisord runs in a
+session of its own, so a terminal's Ctrl-C reaches the job alone), and then stops the
+programs one by one in the order the final upload needs: train (SIGINT, LibreYOLO's clean
+interruption), the dashboard, the uploader (its final flush), the watchdog, sshd. Each wait is
+a share of STOP_GRACE (``state.budget``), and supervisord kills what outlives its share.
 """
 
 import logging
-import os
+import shlex
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
-import threading
 import time
+import xmlrpc.client
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from string import Template
+
+from supervisor.xmlrpc import SupervisorTransport
 
 from entrypoint.errors import ExitCode
 from entrypoint.settings.config import Config
 from entrypoint.state import budget, store
+from entrypoint.state.run import Run
 
 log = logging.getLogger("trainbox")
 
-TEMPLATE = Path(__file__).resolve().parents[2] / "docker" / "supervisord.conf"
-TRAIN_PROGRAM = "train"
-WAKE_S = 0.1
+DOCKER = Path(__file__).resolve().parents[2] / "docker"  # the config's templates
+TRAIN = "train"
+SERVING = ("uploader", "monitor")  # started before train, in this order; stopped after it
+ORDER = (TRAIN, *reversed(SERVING), "watchdog", "sshd")  # how the programs stop: by priority
+WAKE_S = 0.1  # how often the job asks whether train has ended
+READY_S = 30  # supervisord's start, a guard: it listens within a second
 
 
-def render(runtime: Path, train_command: str, cfg: Config) -> str:
-    """The supervisord config for one container run."""
+class Supervisor:
+    """The job's handle on its supervisord: start and stop a program, ask after one."""
+
+    def __init__(self, child: subprocess.Popen, runtime: Path) -> None:
+        self.child, self.runtime = child, runtime
+        sock = f"unix://{runtime / 'supervisor.sock'}"
+        transport = SupervisorTransport(None, None, sock)
+        self.rpc = xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport).supervisor
+
+    def start(self, name: str) -> bool:
+        """Start a program; False when it could not be started (its command is missing)."""
+        try:
+            self.rpc.startProcess(name, False)
+        except xmlrpc.client.Fault as fault:
+            log.error("supervisord could not start %s: %s", name, fault.faultString)
+            return False
+        return True
+
+    def stop(self, name: str) -> None:
+        """Stop a program, if it runs, within its share of STOP_GRACE."""
+        try:
+            self.rpc.stopProcess(name, True)
+        except xmlrpc.client.Fault:
+            pass  # not running: it ended by itself, or never started
+        except OSError:
+            pass  # supervisord is gone
+
+    def ended(self, name: str) -> int | None:
+        """A program's exit code once it has ended by itself (killed or never up: 1)."""
+        info = self.rpc.getProcessInfo(name)
+        if info["statename"] == "FATAL":
+            return ExitCode.TRAINING_FAILED
+        if info["statename"] != "EXITED":
+            return None
+        return ExitCode.TRAINING_FAILED if info["exitstatus"] < 0 else info["exitstatus"]
+
+
+def render(runtime: Path, cfg: Config, sshd: list[str] | None = None) -> str:
+    """The supervisord config for one container run, sshd's program with its command (train's
+    program comes later: ``render_train``)."""
     waits = budget.split(cfg.stop_grace)
-    return Template(TEMPLATE.read_text()).substitute(
+    text = _template("supervisord.conf").substitute(
         runtime=runtime,
         python=sys.executable,
-        train_command=train_command,
-        stop_wait=waits["stop_wait_s"],
-        upload=str(bool(cfg.output_repo) and cfg.node_rank == 0).lower(),
-        monitor=str(cfg.monitor and cfg.node_rank == 0).lower(),
         stop_grace=waits["stop_grace_s"],
         monitor_stop=waits["monitor_stop_s"],
     )
+    if sshd:
+        text += "\n" + _template("supervisord-sshd.conf").substitute(sshd=shlex.join(sshd))
+    return text
 
 
-def run(cfg: Config, train_command: str | None = None, runtime: Path | None = None) -> bool:
-    """Run supervisord until training ends, the watchdog fires or a stop signal arrives;
-    whether a stop signal came (the programs' codes are in ``runtime``: ``exits`` weighs
-    them). ``runtime``: the start's runtime folder, where the job wrote what the programs read
-    (a new one by default)."""
-    runtime = runtime or Path(tempfile.mkdtemp(prefix="trainbox-"))
-    command = train_command or f"{sys.executable} -m entrypoint train"
-    conf = runtime / "supervisord.conf"
-    conf.write_text(render(runtime, command, cfg))
+def render_train(train_command: str, cfg: Config) -> str:
+    """The train program, once its command is known."""
+    wait = budget.split(cfg.stop_grace)["stop_wait_s"]
+    return _template("supervisord-train.conf").substitute(train_command=train_command,
+                                                          stop_wait=wait)  # fmt: skip
+
+
+def _template(name: str) -> Template:
+    return Template(DOCKER.joinpath(name).read_text())
+
+
+@contextmanager
+def running(run: Run, sshd: list[str] | None = None) -> Iterator[Supervisor]:
+    """supervisord for as long as the block runs, sshd started in it when its command is given
+    (``ssh.prepared``); at the end, what still runs stops in reverse priority."""
+    assert run.runtime is not None, "only the job supervises"
+    runtime = run.runtime
+    (runtime / "supervisord.conf").write_text(render(runtime, run.settings, sshd))
+    store.write_job(runtime)  # who the watchdog stops
     supervisord = Path(sys.executable).with_name("supervisord")
-    child = subprocess.Popen([str(supervisord), "--configuration", str(conf)])
-    threading.Thread(target=_wake, args=(runtime / "supervisor.sock", child), daemon=True).start()
+    command = [str(supervisord), "--configuration", str(runtime / "supervisord.conf")]
+    child = subprocess.Popen(command, start_new_session=True)
+    supervisor = Supervisor(child, runtime)
+    try:
+        _ready(runtime / "supervisor.sock", child)
+        if sshd:
+            supervisor.start("sshd")
+        yield supervisor
+    finally:
+        _shutdown(supervisor)
+
+
+def _ready(sock: Path, child: subprocess.Popen) -> None:
+    """Wait until supervisord answers on its socket."""
+    deadline = time.monotonic() + READY_S
+    while child.poll() is None and time.monotonic() < deadline:
+        try:
+            with socket.socket(socket.AF_UNIX) as connection:
+                connection.connect(str(sock))
+                return
+        except OSError:
+            time.sleep(0.01)
+    raise RuntimeError(f"supervisord did not start (exit code {child.poll()})")
+
+
+def _shutdown(supervisor: Supervisor) -> None:
+    """Stop what still runs, one by one in ``ORDER``, then supervisord. (supervisord's own
+    shutdown stops one program group per pass of its loop, and an idle pass lasts 1 s.)"""
+    for name in ORDER:
+        supervisor.stop(name)
+    if supervisor.child.poll() is None:
+        try:
+            supervisor.rpc.shutdown()
+        except (OSError, xmlrpc.client.Fault):
+            supervisor.child.terminate()
+    try:
+        supervisor.child.wait(timeout=30)  # a guard: what still runs got its stop already
+    except subprocess.TimeoutExpired:
+        supervisor.child.kill()
+        supervisor.child.wait()
+
+
+def train(supervisor: Supervisor, cfg: Config, train_command: str | None = None) -> bool:
+    """Run train (the uploader and the dashboard beside it, as the settings ask) until it ends
+    by itself, or a stop signal or the watchdog ends it; then stop them in order. Whether a
+    stop signal came; train's own code, when it ended by itself, is in the runtime folder."""
+    runtime = supervisor.runtime
+    command = train_command or f"{sys.executable} -m entrypoint train"
+    (runtime / "train.conf").write_text(render_train(command, cfg))
+    supervisor.rpc.reloadConfig()
+    supervisor.rpc.addProcessGroup(TRAIN)
     stopped_by: list[int] = []
 
-    def forward(signum: int, _frame: object) -> None:
+    def stop(signum: int, _frame: object) -> None:
         log.info("%s received: stopping training", signal.Signals(signum).name)
         if not stopped_by:  # the final upload's budget counts from here
             store.write_stop(runtime, time.time())
         stopped_by.append(signum)
-        child.send_signal(signal.SIGTERM)
 
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    child.wait()
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    serving = [name for name in SERVING if _wanted(name, cfg)]
+    for name in serving:
+        supervisor.start(name)
+    code = _wait(supervisor, stopped_by) if supervisor.start(TRAIN) else ExitCode.TRAINING_FAILED
+    if code is not None:
+        store.write_code(runtime, "train", code)
+    for name in (TRAIN, *reversed(SERVING)):  # each only if it runs
+        supervisor.stop(name)
     return bool(stopped_by)
 
 
-def _wake(sock: Path, child: subprocess.Popen) -> None:
-    """Wake supervisord's main loop every WAKE_S while it runs. The loop polls its sockets
-    with a 1 s timeout (supervisor 4.3.0, ``supervisord.py``, ``runforever``: ``timeout =
-    1``) and takes one step per pass: it spawns the programs after the first pass, hands the
-    listener train's exit on the pass after it reaps it, and stops one program group per
-    pass at shutdown, so a run ended 3 s after train did, idle. A connection to its socket is
-    an event that ends the wait. Measured on the demo container: train's exit to the
-    container's end 3.0 s -> 0.15 s; supervisord at 10 wakes a second used 0.3% of a core."""
-    listening = False
-    while child.poll() is None:
+def _wanted(name: str, cfg: Config) -> bool:
+    """The uploader with OUTPUT_REPO, the dashboard with MONITOR: on the first node only."""
+    wanted = {"uploader": bool(cfg.output_repo), "monitor": cfg.monitor}[name]
+    return wanted and cfg.node_rank == 0
+
+
+def _wait(supervisor: Supervisor, stopped_by: list[int]) -> int | None:
+    """train's code once it ends by itself; None when a stop came first or supervisord went."""
+    while not stopped_by and supervisor.child.poll() is None:
         try:
-            with socket.socket(socket.AF_UNIX) as connection:
-                connection.connect(str(sock))
-                listening = True
+            if (code := supervisor.ended(TRAIN)) is not None:
+                return code
         except OSError:
-            pass  # not listening yet, or gone
-        time.sleep(WAKE_S if listening else 0.01)  # the first pass, at once
-
-
-def listen(runtime: Path) -> None:
-    """Event listener: when ``train`` exits by itself, record its code and stop supervisord."""
-    from supervisor import childutils
-
-    rpc = childutils.getRPCInterface(os.environ)  # supervisord passes its socket's URL
-    while True:
-        headers, payload = childutils.listener.wait(sys.stdin, sys.stdout)
-        process, _ = childutils.eventdata(payload + "\n")
-        if process.get("processname") == TRAIN_PROGRAM:
-            exit_status = rpc.supervisor.getProcessInfo(TRAIN_PROGRAM)["exitstatus"]
-            fatal = headers["eventname"] == "PROCESS_STATE_FATAL" or exit_status < 0
-            code = ExitCode.TRAINING_FAILED if fatal else exit_status
-            store.write_code(runtime, "train", code)
-            rpc.supervisor.shutdown()
-        childutils.listener.ok(sys.stdout)
+            return None  # supervisord is gone
+        time.sleep(WAKE_S)
+    return None

@@ -6,31 +6,32 @@ next epoch would pass its budget (``runtime.pricing`` reads the price, ``state.c
 up). Training then stops, the final upload runs, and the container exits with its own code
 (8, 9 or 12) and the reason in its status file.
 
-One watchdog, from the preflight to the final upload: a process of its own, started by the
-job, that checks the status file every 2 s, keeps its training and upload fields fresh, and
-past a limit stops the job with SIGTERM, the way ``docker stop`` does. Before training the
-job's handler raises the watchdog's error in its main thread (a signal interrupts even a read
-blocked on a stuck network); during training it stops supervisord: train gets SIGINT, then
-the uploader pushes the last epoch.
+One watchdog, from the preflight to the final upload: a supervisord program the job starts,
+that checks the status file every 2 s, keeps its training and upload fields fresh, and past a
+limit stops the job with SIGTERM, the way ``docker stop`` does. Before training the job's
+handler raises the watchdog's error in its main thread (a signal interrupts even a read
+blocked on a stuck network); during training the job stops its programs in order: train gets
+SIGINT, then the uploader pushes the last epoch.
 """
 
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.runtime import pricing
 from entrypoint.settings.config import Config
 from entrypoint.state import cost, status, store
-from entrypoint.state.run import Run
 from entrypoint.training import progress
+
+if TYPE_CHECKING:  # the watchdog program itself does without supervisor's client
+    from entrypoint.runtime.supervise import Supervisor
 
 log = logging.getLogger("trainbox")
 
@@ -117,21 +118,14 @@ def _diagnosis(cfg: Config, phase: str) -> str:
 
 
 @contextmanager
-def watching(run: Run) -> Iterator[None]:
-    """The watchdog, as a process of its own beside the job for as long as the block runs:
-    from the preflight to the final upload. Its settings are the job's (in its runtime
-    folder)."""
-    command = [sys.executable, "-m", "entrypoint", "watchdog"]
-    child = subprocess.Popen(command, env=run.environ)
+def watching(supervisor: "Supervisor") -> Iterator[None]:
+    """The watchdog, a supervisord program, for as long as the block runs: from the preflight
+    to the final upload. Its settings are the job's (in its runtime folder)."""
+    supervisor.start("watchdog")
     try:
         yield
     finally:
-        child.terminate()
-        try:
-            child.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+        supervisor.stop("watchdog")
 
 
 def refresh(cfg: Config) -> dict[str, Any]:
@@ -159,9 +153,9 @@ def refresh(cfg: Config) -> dict[str, Any]:
 
 def program(cfg: Config, runtime: Path) -> int:
     """The ``watchdog`` program: refresh the status; past a limit, record the exit code and
-    the reason in the runtime folder and stop the job (its parent) as ``docker stop`` would:
-    before training it ends there, during training it stops supervisord, whose train program
-    stops and whose uploader pushes the last epoch."""
+    the reason in the runtime folder and stop the job as ``docker stop`` would: before
+    training it ends there, during training it stops train, then the uploader pushes the last
+    epoch."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     price = pricing.Pricing(cfg)
@@ -172,6 +166,6 @@ def program(cfg: Config, runtime: Path) -> int:
             log.error("watchdog: %s", error)
             store.write_code(runtime, "watchdog", error.code, reason=str(error))
             status.note(cfg.volume, reason=str(error))
-            os.kill(os.getppid(), signal.SIGTERM)
+            os.kill(store.job(runtime) or os.getppid(), signal.SIGTERM)
             return int(error.code)
         time.sleep(CHECK_SECONDS)

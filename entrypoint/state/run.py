@@ -3,7 +3,7 @@ start's runtime folder, and what the job prepared for its programs.
 
 ``trainbox run`` (the job) builds it as it starts, and writes into the runtime folder, a fresh
 one per start and never the volume, what its programs (the watchdog, train and its ranks, the
-uploader, the dashboard, the listener) need: the resolved settings first (the watchdog needs
+uploader, the dashboard) need: the resolved settings first (the watchdog needs
 them from the preflight on), then the GPU count and dataloader workers the preflight chose and
 the data.yaml staged, before training starts. Each program builds its own ``Run`` once, with
 ``here`` (the one reader of ``TRAINBOX_RUNTIME``), and passes it down; nothing else in the

@@ -268,8 +268,8 @@ CODES = ("train", "rank", "upload", "watchdog")  # who writes an exit code there
 
 
 def write_code(folder: Path, who: str, code: int, reason: str = "") -> None:
-    """Record the exit code ``who`` chose, and why: ``train`` (the listener: how the train
-    program ended), ``rank`` (a rank's own verdict for the job), ``upload`` (the final
+    """Record the exit code ``who`` chose, and why: ``train`` (the job: how the train
+    program ended by itself), ``rank`` (a rank's own verdict for the job), ``upload`` (the final
     flush), ``watchdog`` (a limit it enforced)."""
     assert who in CODES, who
     _write(folder / f"{who}-code.json", {"code": int(code), "reason": reason})
@@ -309,6 +309,16 @@ def write_stop(folder: Path, at: float) -> None:
 
 def stop(folder: Path) -> float | None:
     return moment(read_json(folder / "stop.json").get("at"))
+
+
+def write_job(folder: Path) -> None:
+    """This process is the job: the one the watchdog stops (``runtime.supervise``)."""
+    _write(folder / "job.json", {"pid": os.getpid()})
+
+
+def job(folder: Path) -> int | None:
+    found = read_json(folder / "job.json").get("pid")
+    return found if isinstance(found, int) else None
 
 
 def write_settings(folder: Path, settings: dict[str, Any]) -> None:

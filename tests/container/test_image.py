@@ -63,7 +63,7 @@ def test_demo_trains_to_the_end_and_a_second_run_reuses_its_data(image: str, vol
     again = run_container(image, volume, env={"DEVICE": "cpu"})
     assert again.returncode == 0, logs(again)
     assert "already completed: nothing to train" in logs(again)
-    assert "supervisord started" not in logs(again)
+    assert "spawned: 'train'" not in logs(again)
 
 
 @pytest.mark.parametrize(

@@ -94,7 +94,7 @@ def test_a_bad_token_stops_before_training(image: str, volume: str, hub: Hub) ->
     assert result.returncode == ExitCode.UPLOAD, logs(result)[-3000:]
     [line] = [m for m in result.stderr.splitlines() if m.startswith("[trainbox] error:")]
     assert "HF_TOKEN" in line and f"OUTPUT_REPO={OUTPUT}" in line
-    assert "supervisord started" not in logs(result)
+    assert "spawned: 'train'" not in logs(result)
 
 
 def test_docker_stop_pushes_the_last_epoch_and_a_new_volume_resumes_from_the_hub(
@@ -157,7 +157,7 @@ def test_docker_stop_pushes_the_last_epoch_and_a_new_volume_resumes_from_the_hub
         done = run_container(image, fresh[2], env=env_for(hub, EPOCHS="5"))
         assert done.returncode == 0, logs(done)[-3000:]
         assert f"already completed on {OUTPUT}: nothing to train" in logs(done)
-        assert "supervisord started" not in logs(done)
+        assert "spawned: 'train'" not in logs(done)
     finally:
         docker("volume", "rm", "-f", *fresh)
 
@@ -208,9 +208,7 @@ def test_the_token_is_nowhere(image: str, volume: str, hub: Hub) -> None:
         deadline = time.monotonic() + 120
         rendered = ""
         while time.monotonic() < deadline and "[program:train]" not in rendered:
-            rendered = docker(
-                "exec", name, "sh", "-c", "cat /tmp/trainbox-*/supervisord.conf"
-            ).stdout
+            rendered = docker("exec", name, "sh", "-c", "cat /tmp/trainbox-*/*.conf").stdout
             time.sleep(0.5)
         assert "[program:train]" in rendered
         docker("wait", name)

@@ -49,4 +49,4 @@ def test_a_new_run_starts_from_an_earlier_runs_weights_on_the_hub(
     assert line.endswith(f"MODEL=hf://{OUTPUT}/run/nope.pt: run/nope.pt is not in the Hub model "
                          f"repo {OUTPUT} (or the repo is private and HF_TOKEN cannot read it): "
                          "check the name, or set HF_TOKEN")  # fmt: skip
-    assert "supervisord" not in logs(missing)
+    assert "spawned: 'train'" not in logs(missing)

@@ -78,8 +78,8 @@ def test_sshd_allows_keys_only_and_no_secret_reaches_a_session(tmp_path: Path) -
 
 
 def test_without_a_key_no_sshd_starts(tmp_path: Path) -> None:
-    with ssh.serving(config.load({"WORKSPACE": str(tmp_path)})) as daemon:
-        assert daemon is None
+    with ssh.prepared(config.load({"WORKSPACE": str(tmp_path)})) as command:
+        assert command is None
     assert not (tmp_path / "trainbox").exists()  # not even a host key
 
 
@@ -87,6 +87,6 @@ def test_without_a_key_no_sshd_starts(tmp_path: Path) -> None:
 def test_an_image_without_sshd_says_so_and_goes_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with ssh.serving(config.load({"WORKSPACE": str(tmp_path), "SSH_PUBLIC_KEY": KEY})) as d:
-        assert d is None
+    with ssh.prepared(config.load({"WORKSPACE": str(tmp_path), "SSH_PUBLIC_KEY": KEY})) as c:
+        assert c is None
     assert "this image has no sshd: no SSH" in caplog.text

@@ -22,15 +22,19 @@ from entrypoint.settings.launchers import Volume
 from entrypoint.state import budget, status
 from tests.conftest import REPO
 
-# supervisord alone, as the job runs it; with the job's watchdog beside it, as the job
+# supervisord with train alone, as the job runs it; with the watchdog beside it, as the job
 # starts it (the status recorded first, as the job records it); the exit code as the job
 # decides it.
-ALONE = "run = this.start(cfg)\nstopped = supervise.run(cfg, {command!r}, run.runtime)\n"
+ALONE = (
+    "run = this.start(cfg)\n"
+    "with supervise.running(run) as supervisor:\n"
+    "    stopped = supervise.train(supervisor, cfg, {command!r})\n"
+)
 WATCHED = (
     "run = this.start(cfg)\n"
     "status.record(cfg.volume, 'training', fresh=True)\n"
-    "with watchdog.watching(run):\n"
-    "    stopped = supervise.run(cfg, {command!r}, run.runtime)\n"
+    "with supervise.running(run) as supervisor, watchdog.watching(supervisor):\n"
+    "    stopped = supervise.train(supervisor, cfg, {command!r})\n"
 )
 DECIDED = "sys.exit(exits.decide(exits.outcome(run.runtime, stopped=stopped)))"
 
@@ -64,29 +68,34 @@ def launch(
     )
 
 
-def test_rendered_config_runs_train_and_the_listener(tmp_path: Path) -> None:
+def test_every_program_is_in_the_config_and_none_starts_by_itself(tmp_path: Path) -> None:
     parser = configparser.ConfigParser(interpolation=None)
-    parser.read_string(supervise.render(tmp_path, "python -m entrypoint train", Config()))
-    assert parser["program:train"]["command"] == "python -m entrypoint train"
-    assert parser["program:train"]["stopsignal"] == "INT"
-    assert parser["program:train"]["autorestart"] == "false"
-    assert parser["eventlistener:lifecycle"]["command"].endswith("supervise-listener")
+    sshd = ["/usr/sbin/sshd", "-D", "-f", "/run/x/sshd_config"]
+    parser.read_string(supervise.render(tmp_path, Config(), sshd))
+    parser.read_string(supervise.render_train("python -m entrypoint train", Config()))
+    programs = {name.split(":")[1]: parser[name] for name in parser if name.startswith("program:")}
+    assert sorted(programs) == ["monitor", "sshd", "train", "uploader", "watchdog"]
+    assert all(program["autostart"] == "false" for program in programs.values())
+    assert programs["sshd"]["command"] == "/usr/sbin/sshd -D -f /run/x/sshd_config"
+    assert programs["train"]["command"] == "python -m entrypoint train"
+    assert programs["train"]["stopsignal"] == "INT"
+    assert programs["train"]["autorestart"] == "false"
+    assert parser["include"]["files"] == f"{tmp_path}/train.conf"  # added once staging is done
     # Every program finds the start's runtime folder, where the store keeps their codes.
     assert parser["supervisord"]["environment"] == f'TRAINBOX_RUNTIME="{tmp_path}"'
-    assert parser["program:train"]["stdout_logfile"] == "/dev/stdout"
-    # Stop order is reverse priority: train, monitor, then the uploader's flush.
-    priority = {name: int(parser[f"program:{name}"]["priority"])
-                for name in ("train", "monitor", "uploader")}  # fmt: skip
-    assert sorted(priority, key=priority.get, reverse=True) == ["train", "monitor", "uploader"]
-    assert "program:watchdog" not in parser  # the job's, beside supervisord
+    assert all(program["stdout_logfile"] == "/dev/stdout" for program in programs.values())
+    # What is left at the end stops in reverse priority: train, monitor, the uploader's flush,
+    # the watchdog, sshd last.
+    priority = {name: int(program["priority"]) for name, program in programs.items()}
+    assert sorted(priority, key=priority.get, reverse=True) == [
+        "train", "monitor", "uploader", "watchdog", "sshd"
+    ]  # fmt: skip
     waits = budget.split(Config().stop_grace)
-    assert int(parser["program:train"]["stopwaitsecs"]) == waits["stop_wait_s"]
-    assert int(parser["program:uploader"]["stopwaitsecs"]) == waits["stop_grace_s"]
-    assert parser["program:monitor"]["autostart"] == "true"
-    off = supervise.render(tmp_path, "x", Config(monitor=False, output_repo="o/r"))
-    parser.read_string(off)
-    assert parser["program:monitor"]["autostart"] == "false"
-    assert parser["program:uploader"]["autostart"] == "true"
+    assert int(programs["train"]["stopwaitsecs"]) == waits["stop_wait_s"]
+    assert int(programs["uploader"]["stopwaitsecs"]) == waits["stop_grace_s"]
+    without = configparser.ConfigParser(interpolation=None)
+    without.read_string(supervise.render(tmp_path, Config()))
+    assert "program:sshd" not in without  # no key: nothing listens
 
 
 @pytest.mark.parametrize(

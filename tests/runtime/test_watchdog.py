@@ -53,7 +53,7 @@ JOB = """
 import sys, tempfile, time
 from pathlib import Path
 from entrypoint.errors import TrainboxError
-from entrypoint.runtime import boot, watchdog
+from entrypoint.runtime import boot, supervise, watchdog
 from entrypoint.settings import config
 from entrypoint.runtime import exits
 from entrypoint.state import run as this, status
@@ -61,8 +61,9 @@ cfg = config.load()
 run = this.start(cfg)
 status.record(cfg.volume, "staging", fresh=True)
 try:
-    with watchdog.watching(run), boot._stoppable():
-        time.sleep(120)  # a download that never moves
+    with supervise.running(run) as supervisor:
+        with watchdog.watching(supervisor), boot._stoppable():
+            time.sleep(120)  # a download that never moves
 except TrainboxError as err:
     happened = exits.outcome(run.runtime, error=err)
     code = exits.decide(happened)
@@ -77,7 +78,8 @@ def test_a_job_stuck_before_training_ends_with_the_watchdogs_code_and_reason(
     done = subprocess.run(
         [sys.executable, "-c", JOB], cwd=REPO, env=env, capture_output=True, text=True, timeout=90
     )  # fmt: skip  (a guard: the limit is 2 s)
-    code, _, reason = done.stdout.strip().partition(" ")
+    # The job's line is the last: the watchdog's own lines, a program's, come first.
+    code, _, reason = done.stdout.strip().splitlines()[-1].partition(" ")
     assert int(code) == ExitCode.STALLED, done.stderr[-2000:]
     assert reason.startswith("no progress for") and "during staging" in reason
     assert "no progress for" in status.read(Volume(tmp_path))["reason"]

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 from entrypoint.errors import TrainboxError
-from entrypoint.gateways.hub.errors import classify
+from entrypoint.gateways.hub.errors import TransferFailed, classify
 from entrypoint.gateways.hub.session import Target, _hf
 
 __all__ = ("Transfers",)
@@ -17,11 +17,6 @@ __all__ = ("Transfers",)
 # uplink still gets its checkpoint out (a cycle's wait, UPLOAD_INTERVAL, is far shorter than
 # the upload of a large checkpoint), a stuck one does not hold the cycles for good.
 FLOOR_RATE, SLACK = 1e6, 60.0  # bytes per second, seconds
-
-
-class TransferFailed(ConnectionError):
-    """hf_xet failed a transfer without a status to tell why: the Hub could not be asked, as
-    far as trainbox can tell (waited out)."""
 
 
 # What an unwritable or full disk looks like when hf_xet writes its cache (HF_HOME/xet).

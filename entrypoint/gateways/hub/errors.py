@@ -101,9 +101,12 @@ def classify(err: BaseException) -> str | None:
     return UNREACHABLE if isinstance(err, _no_answer()) else None
 
 
-def _why(err: BaseException) -> str:
-    from entrypoint.gateways.hub.deadlines import TransferFailed  # it classifies with ours
+class TransferFailed(ConnectionError):
+    """hf_xet failed a transfer without a status to tell why: the Hub could not be asked, as
+    far as trainbox can tell (waited out; ``deadlines``)."""
 
+
+def _why(err: BaseException) -> str:
     if isinstance(err, TransferFailed):
         return str(err)[:200]
     return str(status_of(err) or type(err).__name__)

@@ -111,6 +111,7 @@ def running(run: Run, sshd: list[str] | None = None) -> Iterator[Supervisor]:
     assert run.runtime is not None, "only the job supervises"
     runtime = run.runtime
     (runtime / "supervisord.conf").write_text(render(runtime, run.settings, sshd))
+    (runtime / "train.conf").write_text("; train's program comes once staging is done\n")
     store.write_job(runtime)  # who the watchdog stops
     supervisord = Path(sys.executable).with_name("supervisord")
     command = [str(supervisord), "--configuration", str(runtime / "supervisord.conf")]

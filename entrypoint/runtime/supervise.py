@@ -11,6 +11,7 @@ interruption), the dashboard, the uploader (its final flush), the watchdog, sshd
 a share of STOP_GRACE (``state.budget``), and supervisord kills what outlives its share.
 """
 
+import http.client
 import logging
 import shlex
 import signal
@@ -23,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from string import Template
+from typing import Any
 
 from supervisor.xmlrpc import SupervisorTransport
 
@@ -39,6 +41,7 @@ SERVING = ("uploader", "monitor")  # started before train, in this order; stoppe
 ORDER = (TRAIN, *reversed(SERVING), "watchdog", "sshd")  # how the programs stop: by priority
 WAKE_S = 0.1  # how often the job asks whether train has ended
 READY_S = 30  # supervisord's start, a guard: it listens within a second
+GONE = (OSError, http.client.HTTPException)  # what a call to a supervisord that went raises
 
 
 class Supervisor:
@@ -46,16 +49,25 @@ class Supervisor:
 
     def __init__(self, child: subprocess.Popen, runtime: Path) -> None:
         self.child, self.runtime = child, runtime
-        sock = f"unix://{runtime / 'supervisor.sock'}"
-        transport = SupervisorTransport(None, None, sock)
-        self.rpc = xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport).supervisor
+
+    @property
+    def rpc(self) -> Any:
+        """supervisord's XML-RPC interface, over a connection of its own for each call: a call
+        a signal cut short leaves nothing half-sent for the next (a kept connection would
+        refuse every later call with ``CannotSendRequest``)."""
+        transport = SupervisorTransport(None, None, f"unix://{self.runtime / 'supervisor.sock'}")
+        return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport).supervisor
 
     def start(self, name: str) -> bool:
-        """Start a program; False when it could not be started (its command is missing)."""
+        """Start a program; False when it could not be (its command is missing, or
+        supervisord is gone)."""
         try:
             self.rpc.startProcess(name, False)
         except xmlrpc.client.Fault as fault:
             log.error("supervisord could not start %s: %s", name, fault.faultString)
+            return False
+        except GONE as err:
+            log.error("supervisord is gone (%s): %s not started", err, name)
             return False
         return True
 
@@ -65,7 +77,7 @@ class Supervisor:
             self.rpc.stopProcess(name, True)
         except xmlrpc.client.Fault:
             pass  # not running: it ended by itself, or never started
-        except OSError:
+        except GONE:
             pass  # supervisord is gone
 
     def ended(self, name: str) -> int | None:
@@ -147,7 +159,7 @@ def _shutdown(supervisor: Supervisor) -> None:
     if supervisor.child.poll() is None:
         try:
             supervisor.rpc.shutdown()
-        except (OSError, xmlrpc.client.Fault):
+        except (*GONE, xmlrpc.client.Fault):
             supervisor.child.terminate()
     try:
         supervisor.child.wait(timeout=30)  # a guard: what still runs got its stop already
@@ -163,8 +175,12 @@ def train(supervisor: Supervisor, cfg: Config, train_command: str | None = None)
     runtime = supervisor.runtime
     command = train_command or f"{sys.executable} -m entrypoint train"
     (runtime / "train.conf").write_text(render_train(command, cfg))
-    supervisor.rpc.reloadConfig()
-    supervisor.rpc.addProcessGroup(TRAIN)
+    try:
+        supervisor.rpc.reloadConfig()
+        supervisor.rpc.addProcessGroup(TRAIN)
+    except GONE:
+        log.error("supervisord is gone: training cannot start")
+        return False  # nothing trained: exits.decide says supervisord ended first
     stopped_by: list[int] = []
 
     def stop(signum: int, _frame: object) -> None:
@@ -198,7 +214,7 @@ def _wait(supervisor: Supervisor, stopped_by: list[int]) -> int | None:
         try:
             if (code := supervisor.ended(TRAIN)) is not None:
                 return code
-        except OSError:
+        except GONE:
             return None  # supervisord is gone
         time.sleep(WAKE_S)
     return None

@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 
 from entrypoint.errors import ExitCode
-from entrypoint.runtime import supervise
+from entrypoint.runtime import exits, supervise
+from entrypoint.settings import config
 from entrypoint.settings.config import Config
 from entrypoint.settings.launchers import Volume
 from entrypoint.state import budget, status
+from entrypoint.state import run as this
 from tests.conftest import REPO
 
 # supervisord with train alone, as the job runs it; with the watchdog beside it, as the job
@@ -159,3 +161,23 @@ def test_sigterm_interrupts_training_with_sigint(tmp_path: Path) -> None:
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == ExitCode.INTERRUPTED, out
     assert marker.exists()
+
+
+@pytest.mark.parametrize("how", ["shut down", "killed"])
+def test_a_supervisord_gone_before_the_end_still_lets_the_job_end(tmp_path: Path, how: str) -> None:
+    """What the job asks of a supervisord that has gone (shut down, or killed) fails quietly:
+    the end goes on, to its own exit code, instead of a traceback."""
+    run = this.start(config.load({"WORKSPACE": str(tmp_path), "TRAINBOX_CONFIG": ""}))
+    began = time.monotonic()
+    with supervise.running(run) as supervisor:
+        if how == "shut down":
+            supervisor.rpc.shutdown()
+        else:
+            supervisor.child.kill()
+        supervisor.child.wait(timeout=30)
+        assert not supervisor.start("watchdog")
+        supervisor.stop("watchdog")
+        assert supervise.train(supervisor, run.settings, "sleep 600") is False
+    assert time.monotonic() - began < 10  # nothing waited for what is not there
+    happened = exits.outcome(run.runtime)
+    assert happened.train is None and exits.decide(happened) == ExitCode.TRAINING_FAILED

@@ -4,9 +4,8 @@ Each step does one thing and records its own phase, and leaves its result in the
 is handed for the steps after it. What a step holds for the rest of the job (the volume's
 lock, supervisord and its sshd) goes into the boot's ``held`` stack, which the job closes once
 it has ended; what watches the steps (the watchdog) into ``watched``, closed once training
-has. A step that ends
-the job here raises ``Finished`` with its exit code, or its one-line ``TrainboxError``;
-``exits.decide`` weighs them.
+has. A step that ends the job here raises ``Finished`` with its exit code, or its one-line
+``TrainboxError``; ``exits.decide`` weighs them.
 
 Nothing is downloaded before the start weights (none when the run goes on from a checkpoint),
 a distillation teacher and a Hub dataset's listing are asked for and the whole run is known to

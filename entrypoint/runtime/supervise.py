@@ -38,7 +38,8 @@ log = logging.getLogger("trainbox")
 DOCKER = Path(__file__).resolve().parents[2] / "docker"  # the config's templates
 TRAIN = "train"
 SERVING = ("uploader", "monitor")  # started before train, in this order; stopped after it
-ORDER = (TRAIN, *reversed(SERVING), "watchdog", "sshd")  # how the programs stop: by priority
+TRAINING = (TRAIN, *reversed(SERVING))  # how training's programs stop
+ORDER = (*TRAINING, "watchdog", "sshd")  # how all stop at the end: by priority
 WAKE_S = 0.1  # how often the job asks whether train has ended
 READY_S = 30  # supervisord's start, a guard: it listens within a second
 GONE = (OSError, http.client.HTTPException)  # what a call to a supervisord that went raises
@@ -197,7 +198,7 @@ def train(supervisor: Supervisor, cfg: Config, train_command: str | None = None)
     code = _wait(supervisor, stopped_by) if supervisor.start(TRAIN) else ExitCode.TRAINING_FAILED
     if code is not None:
         store.write_code(runtime, "train", code)
-    for name in (TRAIN, *reversed(SERVING)):  # each only if it runs
+    for name in TRAINING:  # each only if it runs
         supervisor.stop(name)
     return bool(stopped_by)
 

@@ -166,6 +166,8 @@ def program(cfg: Config, runtime: Path) -> int:
             log.error("watchdog: %s", error)
             store.write_code(runtime, "watchdog", error.code, reason=str(error))
             status.note(cfg.volume, reason=str(error))
+            # the job (supervise.running names it before any program starts); else
+            # supervisord, our parent, whose end also ends the job's wait
             os.kill(store.job(runtime) or os.getppid(), signal.SIGTERM)
             return int(error.code)
         time.sleep(CHECK_SECONDS)

@@ -42,6 +42,7 @@ TRAINING = (TRAIN, *reversed(SERVING))  # how training's programs stop
 ORDER = (*TRAINING, "watchdog", "sshd")  # how all stop at the end: by priority
 WAKE_S = 0.1  # how often the job asks whether train has ended
 READY_S = 30  # supervisord's start, a guard: it listens within a second
+EXEC_S = 5  # a program's exec, a guard: supervisord's fork execs it within milliseconds
 GONE = (OSError, http.client.HTTPException)  # what a call to a supervisord that went raises
 
 
@@ -75,11 +76,24 @@ class Supervisor:
     def stop(self, name: str) -> None:
         """Stop a program, if it runs, within its share of STOP_GRACE."""
         try:
+            self._execed(name)
             self.rpc.stopProcess(name, True)
         except xmlrpc.client.Fault:
             pass  # not running: it ended by itself, or never started
         except GONE:
             pass  # supervisord is gone
+
+    def _execed(self, name: str) -> None:
+        """Wait until a program just spawned runs its own command. supervisord forks, then
+        execs it (supervisor 4.3.0's ``_spawn_as_child``): a stop signal in between reaches
+        the fork's copy of supervisord's handler and is lost at the exec, and the program ran
+        on until its stop wait ended in SIGKILL (7 of 30 watchdogs stopped at once: 10 s
+        each, their wait). A fork still shows supervisord's command line."""
+        pid = self.rpc.getProcessInfo(name)["pid"]
+        forked = _command_line(self.child.pid)
+        deadline = time.monotonic() + EXEC_S
+        while pid and forked and _command_line(pid) == forked and time.monotonic() < deadline:
+            time.sleep(0.002)
 
     def ended(self, name: str) -> int | None:
         """A program's exit code once it has ended by itself (killed or never up: 1)."""
@@ -89,6 +103,14 @@ class Supervisor:
         if info["statename"] != "EXITED":
             return None
         return ExitCode.TRAINING_FAILED if info["exitstatus"] < 0 else info["exitstatus"]
+
+
+def _command_line(pid: int) -> bytes | None:
+    """A process's command line (Linux's /proc); None when it is gone or /proc is missing."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
 
 
 def render(runtime: Path, cfg: Config, sshd: list[str] | None = None) -> str:

@@ -181,3 +181,21 @@ def test_a_supervisord_gone_before_the_end_still_lets_the_job_end(tmp_path: Path
     assert time.monotonic() - began < 10  # nothing waited for what is not there
     happened = exits.outcome(run.runtime)
     assert happened.train is None and exits.decide(happened) == ExitCode.TRAINING_FAILED
+
+
+def test_a_program_stopped_as_soon_as_it_starts_gets_its_stop_signal(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """supervisord forks, then execs the program: a stop signal sent in between reaches the
+    fork's copy of supervisord's own handler and is lost at the exec, and the program ran on
+    until its stop wait ended in SIGKILL (10 s for a watchdog that a bad setting stopped at
+    once). The job's stop waits for the exec, so the signal reaches the program itself."""
+    run = this.start(config.load({"WORKSPACE": str(tmp_path), "TRAINBOX_CONFIG": ""}))
+    tries = 30
+    with supervise.running(run) as supervisor:
+        for _ in range(tries):
+            assert supervisor.start("watchdog")
+            supervisor.stop("watchdog")
+    log = capfd.readouterr().out  # supervisord's own log: how each program ended
+    assert log.count("stopped: watchdog (terminated by SIGTERM)") == tries, log
+    assert "SIGKILL" not in log

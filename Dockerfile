@@ -86,7 +86,7 @@ ARG LIBREYOLO_VERSION=1.6.0
 # that RF-DETR and DINOv2 exist), lora (peft) and onnx (onnxruntime: export_check, INT8 export).
 # Others (tensorrt needs a matching CUDA, openvino, ...) are this build argument's to add, and
 # unpinned; EXTRA_PACKAGES adds packages, e.g. "wandb".
-ARG LIBREYOLO_EXTRAS="rfdetr,lora,onnx"
+ARG LIBREYOLO_EXTRAS="rfdetr,lora,onnx,plots"
 ARG EXTRA_PACKAGES=""
 
 LABEL org.opencontainers.image.title="trainbox" \

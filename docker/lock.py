@@ -15,7 +15,7 @@ TORCH_STACK = ["torch", "torchvision"]
 # libreyolo's extras in the default image (the Dockerfile's LIBREYOLO_EXTRAS): rfdetr
 # (transformers: RF-DETR and DINOv2 exist only with it), lora (peft) and onnx (onnxruntime
 # for export_check and INT8 export, onnxsim).
-EXTRAS = ["rfdetr", "lora", "onnx"]
+EXTRAS = ["rfdetr", "lora", "onnx", "plots"]
 # pyarrow: datasets published as parquet are converted on the rented machine.
 ROOTS = [f"libreyolo[{','.join(EXTRAS)}]", "huggingface_hub", "hf_xet", "supervisor", "pyyaml",
          "onnx", "pyarrow"]  # fmt: skip

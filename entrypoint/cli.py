@@ -68,6 +68,38 @@ def train() -> int:
     return training.main(_here())
 
 
+@cli.command("evaluate", hidden=True)
+def evaluate_command() -> int:
+    """Score the run's best.pt on its test and validation splits (started by trainbox run)."""
+    from entrypoint.dataset.stage import data_yaml
+    from entrypoint.state import store
+    from entrypoint.state.snapshot import folder
+    from entrypoint.training import evaluation
+
+    here = _here()
+    cfg = here.settings
+    data = here.prepared.data_yaml if here.prepared else data_yaml(cfg)
+    dataset = store.manifest(folder(cfg.run_dir)).get("dataset") or {}
+    device = "cpu" if cfg.device == "cpu" else "auto"
+    return evaluation.main(evaluation.Plan(cfg.run_dir, data, cfg.imgsz, device, dataset,
+                                           cfg.evaluate))  # fmt: skip
+
+
+@cli.command("card")
+@click.option(
+    "--workspace",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The volume whose runs the card describes (default: WORKSPACE).",
+)
+def card_command(workspace: Path | None) -> None:
+    """Print the model card OUTPUT_REPO would get from this volume's runs, without the Hub."""
+    from entrypoint.upload import card
+
+    cfg = config.load()
+    root = workspace or cfg.workspace
+    click.echo(card.render(card.volume_records(root), cfg.output_repo or "ORG/NAME"), nl=False)
+
+
 @cli.group()
 def dataset_group() -> None:
     """Datasets on the Hub."""

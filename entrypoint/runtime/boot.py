@@ -29,7 +29,17 @@ from entrypoint.runtime import pricing, processes, ssh, supervise, watchdog
 from entrypoint.settings import options
 from entrypoint.state import budget, snapshot, status, store
 from entrypoint.state.run import Prepared, Run
-from entrypoint.training import distributed, export, outputs, progress, publish, resume, weights
+from entrypoint.training import (
+    distributed,
+    evaluation,
+    export,
+    outputs,
+    progress,
+    publish,
+    resume,
+    weights,
+)
+from entrypoint.upload import results
 from entrypoint.upload import uploader as upload
 
 log = logging.getLogger("trainbox")
@@ -218,9 +228,35 @@ def supervision(boot: Boot) -> None:
         status.note(run.volume, export=report)
 
 
+def evaluating(boot: Boot) -> None:
+    """A completed run's best.pt scored on data it never chose by (EVALUATE), once its final
+    weights are on the Hub (they never wait for it), in a process of its own; its files then
+    uploaded in a commit of their own. A failure or a stop here is one line, and the run's
+    outcome stays as it was."""
+    run = boot.run
+    cfg = run.settings
+    if (boot.stopped or cfg.node_rank != 0 or cfg.evaluate == "none"
+            or store.code(run.runtime, "train") != ExitCode.OK
+            or progress.run_state(cfg.run_dir) != "completed"):  # fmt: skip
+        return
+    status.record(cfg.volume, "evaluating")
+    code = processes.evaluate(run)
+    if code is None:
+        log.warning("evaluation stopped: the run's outcome stands; a restart does not evaluate")
+        return
+    if found := evaluation.read(cfg.run_dir):
+        status.note(cfg.volume, evaluation={
+            split: {"images": each["images"], **{k: v for k, v in each["metrics"].items()
+                                                 if k in evaluation.HEADLINE}}
+            for split, each in found.items()})  # fmt: skip
+    uploaded = store.code(run.runtime, "upload") == ExitCode.OK
+    if code == ExitCode.OK and cfg.output_repo and uploaded:
+        results.push_evaluation(cfg.output_repo, cfg.run_dir, wait=min(cfg.hub_wait, 60))
+
+
 STEPS: tuple[Callable[[Boot], None], ...] = (
     settings, lock, watch, completed, check, resuming, within_budget, start_weights, staging,
-    provenance, supervision,
+    provenance, supervision, evaluating,
 )  # fmt: skip
 
 

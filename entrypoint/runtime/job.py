@@ -7,13 +7,16 @@ Data flows one way: config -> preflight -> dataset -> training -> upload.
 """
 
 import logging
+import threading
 
 from entrypoint import __version__
-from entrypoint.errors import MEANINGS, TrainboxError
+from entrypoint.errors import MEANINGS, ExitCode, TrainboxError
 from entrypoint.runtime import boot, ending, exits, pricing
 from entrypoint.settings.config import Config
+from entrypoint.state import budget, snapshot, status, store
 from entrypoint.state import run as this
-from entrypoint.state import status
+from entrypoint.training import progress
+from entrypoint.upload import card, results
 
 log = logging.getLogger("trainbox")
 
@@ -45,6 +48,35 @@ def _steps(started: boot.Boot) -> exits.Outcome:
     return exits.outcome(runtime, stopped=started.stopped, uploading=uploading)
 
 
+def _card(run: this.Run, code: int) -> str | None:
+    """The model card, at every end of a run that has trained (completed, stopped, budget,
+    failed), on node 0 with OUTPUT_REPO; within what is left of STOP_GRACE after a stop. Its
+    page, also in the status."""
+    cfg = run.settings
+    if not cfg.output_repo or cfg.node_rank != 0 or not progress.run_state(cfg.run_dir):
+        return None
+    stopped_at = store.stop(run.runtime) if run.runtime else None
+    wait = budget.flush_left(cfg.stop_grace, stopped_at) if stopped_at else min(cfg.hub_wait, 60)
+    ended = "stopped at MAX_COST" if code == ExitCode.BUDGET else status.ended(code)
+    mine = card.record(cfg.run_dir, snapshot.folder(cfg.run_dir),
+                       cost=status.read(run.volume).get("cost"), ended=ended)  # fmt: skip
+    if wait < 1:
+        log.warning("the model card was not written: no time left of STOP_GRACE")
+        return None
+    pushed: list[str | None] = []
+    # In a thread joined for ``wait`` at most: a request to a hung Hub never holds the exit.
+    pushing = threading.Thread(target=lambda: pushed.append(
+        results.push_card(cfg.output_repo, [mine], wait=wait)), daemon=True)  # fmt: skip
+    pushing.start()
+    pushing.join(wait)
+    if not pushed:
+        log.warning("the model card was not written within %.0f s", wait)
+    elif page := pushed[0]:
+        status.note(run.volume, card=page)
+        return page
+    return None
+
+
 def _ended(started: boot.Boot, happened: exits.Outcome) -> int:
     """The exit code; once the volume is this container's, how the start ended in its status
     and what the machine cost; the last line."""
@@ -54,9 +86,12 @@ def _ended(started: boot.Boot, happened: exits.Outcome) -> int:
     why = exits.reason(run.runtime, run.volume, code, happened)
     status.record(run.volume, status.ended(code), exit_code=int(code),
                   **({"reason": why} if why else {}))  # fmt: skip
+    if happened.error is None:
+        pricing.report(run.settings)  # what the machine cost; ON_EXIT acts after it
+    if page := _card(run, code):
+        log.info("the model card: %s", page)
     if happened.error is not None:
         return ending.failed(code, why)
-    pricing.report(run.settings)  # what the machine cost; ON_EXIT acts after it
     if why:  # the last line: why, and what to do
         log.error("exit %d: %s; %s", code, why, MEANINGS.get(code, ("", "see the log"))[1])
     return code

@@ -35,6 +35,31 @@ def preflight(run: Run) -> int:
     return subprocess.run(command, env=run.environ, check=False).returncode
 
 
+def evaluate(run: Run) -> int | None:
+    """``trainbox evaluate`` in its own process (its memory and CUDA context go with it); its
+    exit code, or None when a stop signal ended it (kept, as a stop during training is, for
+    the final steps' budget)."""
+    assert run.runtime is not None, "evaluate is started by trainbox run"
+    runtime = run.runtime
+    child = subprocess.Popen([sys.executable, "-m", "entrypoint", "evaluate"], env=run.environ)
+    stopped: list[int] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        log.info("%s received: stopping the evaluation", signal.Signals(signum).name)
+        if not stopped and store.stop(runtime) is None:
+            store.write_stop(runtime, time.time())
+        stopped.append(signum)
+        child.terminate()
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        code = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return None if stopped else code
+
+
 def doctor(data: Path) -> None:
     """``libreyolo doctor`` on a staged folder; ``stage.judge`` says what its report means."""
     from entrypoint.dataset import stage

@@ -376,6 +376,19 @@ class Config:
         "after training, export best.pt to these LibreYOLO formats, e.g. `onnx,torchscript`, "
         "into `runs/RUN_NAME/export/` (uploaded too); a failed export leaves the exit at 0",
     )
+    evaluate: str = setting(
+        "auto",
+        _choice("auto", "val", "none"),
+        "after training, score best.pt with LibreYOLO's val into `runs/RUN_NAME/evaluation/` "
+        "(uploaded, and on the model card): `auto`, the dataset's test split when it has a "
+        "labelled one, and the validation split; `val`, the validation split only; `none`",
+    )
+    image: str = setting(
+        "",
+        _text,
+        "the image reference this container runs (`REGISTRY/trainbox:TAG`, with `@sha256:...` "
+        "when known), for the model card's line that reproduces the run",
+    )
     allow_options_change: bool = setting(
         False, _bool, "resume a run from the Hub even if its training options differ"
     )

@@ -2,7 +2,8 @@
 
 ``/workspace/trainbox/status.json`` (a few hundred bytes, kept by ``state.store``) says what
 the container is doing: ``phase`` (``preflight``, ``resuming``, ``staging``, ``training``,
-``uploading``, then ``completed``, ``failed`` or ``interrupted``; ``phases`` lists each with
+``uploading``, ``evaluating`` (best.pt scored, after its upload), then ``completed``,
+``failed`` or ``interrupted``; ``phases`` lists each with
 the time it began), the GPU verdict, staging bytes/rate/ETA, the training epoch/ETA/metrics
 (from libreyolo's status.json), the upload state (from the uploader's ledger),
 ``progress_at`` (the last sign of progress, for the watchdog and the health check),
@@ -19,7 +20,7 @@ from entrypoint.settings.launchers import Volume
 from entrypoint.state import store
 
 ENDED = {0: "completed", 8: "interrupted", 130: "interrupted"}
-ACTIVE = ("preflight", "resuming", "staging", "training", "uploading")
+ACTIVE = ("preflight", "resuming", "staging", "training", "uploading", "evaluating")
 
 
 def read(volume: Volume) -> dict[str, Any]:

@@ -262,6 +262,38 @@ def libreyolo_profile(run_dir: Path) -> dict[str, Any]:
     return read_json(run_dir / "profile" / "profile_summary.json")
 
 
+def libreyolo_train_config(run_dir: Path) -> dict[str, Any]:
+    """LibreYOLO's ``train_config.yaml``: the options the run trained with ({} if none)."""
+    import yaml  # here: `trainbox status` imports this module with the standard library only
+
+    try:
+        loaded = yaml.safe_load((run_dir / "train_config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def libreyolo_metrics(run_dir: Path) -> str:
+    """LibreYOLO's ``metrics.jsonl``: a JSON object per finished epoch ("" before the first)."""
+    try:
+        return (run_dir / "metrics.jsonl").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+# -- The evaluation of a run's best.pt, beside its files (training/evaluation.py) -----------
+
+
+def evaluation(folder: Path, split: str) -> dict[str, Any]:
+    """``evaluation/SPLIT.json``: one split's score of the run's best.pt ({} if none)."""
+    return read_json(folder / f"{split}.json")
+
+
+def write_evaluation(folder: Path, split: str, result: dict[str, Any]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    _write(folder / f"{split}.json", result)
+
+
 # -- In a start's runtime folder ---------------------------------------------------------------
 
 CODES = ("train", "rank", "upload", "watchdog")  # who writes an exit code there

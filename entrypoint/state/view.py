@@ -89,8 +89,14 @@ def human(status: dict[str, Any], now: float | None = None) -> str:
                          "price and speed")  # fmt: skip
         if found.get("advice"):
             lines.append(f"advice   {found['advice']}")
+    for split, found in status.get("evaluation", {}).items():
+        scores = ", ".join(f"{k.removeprefix('metrics/')} {v:.4f}" for k, v in found.items()
+                           if k != "images")  # fmt: skip
+        lines.append(f"{split:<8} {scores} on {found.get('images', '?')} images (best.pt)")
     if "upload" in status:
         lines += _upload_lines(status["upload"])
+    if page := status.get("card"):
+        lines.append(f"card     {page}")
     if waiting := status.get("waiting"):
         lines.append(f"waiting  {waiting}")
     if "exit_code" in status:

@@ -37,6 +37,7 @@ from entrypoint.state.snapshot import INDEX, MANIFEST, read_index
 from entrypoint.state.snapshot import folder as published
 from entrypoint.training import resume
 from entrypoint.training.publish import record_billing, record_final_cost, write_manifest
+from entrypoint.upload import card, results
 
 log = logging.getLogger("trainbox")
 
@@ -73,6 +74,7 @@ class Uploader:
         self.seen: tuple[int, str | None] | None = None  # (epoch, commit) last read on the Hub
         self.lock = threading.Lock()  # one push at a time: the cycles' and the final flush's
         self.transfers = hub.Transfers()  # its commits' transfers, which a stop gives up
+        self.card_due = False  # a first epoch or a new best.pt reached the Hub: a card follows
 
     def pending(self) -> tuple[dict[str, Any], dict[str, str]]:
         """(the published index, {name: sha256} of its files the Hub does not hold yet)."""
@@ -119,6 +121,20 @@ class Uploader:
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
 
+    def card(self) -> None:
+        """The model card, in a commit of its own after the weights, when a first epoch or a
+        new best.pt reached the Hub, within MAX_COMMITS_PER_HOUR (else at a later cycle)."""
+        if not self.card_due or self._room() > 0:
+            return
+        self.card_due = False
+        run_dir = self.cfg.run_dir
+        mine = card.record(
+            run_dir, published(run_dir), cost=status.read(self.cfg.volume).get("cost")
+        )
+        if results.push_card(self.cfg.output_repo, [mine], wait=self.cfg.upload_interval):
+            self.commits.append(time.monotonic())
+            self.seen = None  # the card's commit moved the branch: look again before the next
+
     def retrying(self, message: str) -> None:
         """Told of each wait for the Hub during a push: ``trainbox status`` shows it."""
         self._save(retrying=message)
@@ -157,6 +173,7 @@ class Uploader:
             self.ledger["files"][op.path_in_repo] = {"sha256": op.upload_info.sha256.hex(),
                                                       "commit": info.oid}  # fmt: skip
         self.seen = (epoch, info.oid)
+        self.card_due |= "best.pt" in pending or len(self.commits) == 0
         self.commits.append(time.monotonic())
         self.last_error = ""
         left = len(self.pending()[1])
@@ -185,6 +202,8 @@ def main(cfg: Config, runtime: Path | None = None) -> int:
     def cycles() -> None:
         while not stop.wait(cfg.upload_interval):
             uploader.push()  # it fails as one line in the log and the status, never raises
+            if not stop.is_set():
+                uploader.card()  # outside the push's lock: the final flush never waits for it
 
     with hub.told(uploader.retrying):  # each wait for the Hub, in the ledger's upload state
         # In a thread: a push in flight when SIGTERM comes does not eat the flush's budget.

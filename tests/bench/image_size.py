@@ -102,7 +102,7 @@ def extras_report(added: dict[str, int], torch: int) -> str:
     biggest = ", ".join(f"{name} {size / 1e6:.0f} MB" for name, size in
                         sorted(added.items(), key=lambda item: -item[1])[:4])  # fmt: skip
     return (
-        f"libreyolo extras (rfdetr,lora,onnx): {total / 1e6:.0f} MB installed, "
+        f"libreyolo extras (rfdetr,lora,onnx,plots): {total / 1e6:.0f} MB installed, "
         f"{total / torch:.3f} x torch ({biggest})"
     )
 

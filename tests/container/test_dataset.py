@@ -133,6 +133,20 @@ def test_a_dataset_as_published_on_the_hub_trains(
     assert sum(b[1] + b[2] for b in boxes) == pytest.approx(total, abs=1e-3)
     names = in_volume(image, volume, "sh", "-c", "cat $(find /workspace/data/det -name data.yaml)")
     assert f"names:\n- {NAMES[0]}\n- {NAMES[1]}\n- {NAMES[2]}" in names
+    # No test split: a validation score, never called a test score.
+    evaluated = card_scores(image, volume)
+    assert set(evaluated) == {"validation"} and "mAP50-95" in evaluated["validation"]
+
+
+def card_scores(image: str, volume: str) -> dict[str, dict[str, float]]:
+    """The scores the card of the volume's run claims (``trainbox card``), by split."""
+    from huggingface_hub import ModelCard
+
+    text = in_volume(image, volume, "trainbox", "card")
+    scores: dict[str, dict[str, float]] = {}
+    for each in ModelCard(text).data.eval_results or []:
+        scores.setdefault(each.dataset_split, {})[each.metric_type] = each.metric_value
+    return scores
 
 
 def _publish(published: str, hub: Hub, tmp_path: Path, splits: dict[str, list[dict]]) -> None:
@@ -180,3 +194,7 @@ def test_a_classification_set_pushed_by_datasets_trains_a_classifier(
         for index, name in enumerate(NAMES):
             mine = [p for p in found if p.startswith(f"{split}/{name}/")]
             assert len(mine) == sum(1 for _, c in rows if c == index), (split, name)
+    written = json.loads(in_volume(image, volume, "cat", "/workspace/runs/run/evaluation/val.json"))
+    assert written["images"] == len(splits["validation"])
+    top1 = card_scores(image, volume)["validation"]["accuracy_top1"]
+    assert top1 == written["metrics"]["metrics/accuracy_top1"]

@@ -3,6 +3,7 @@ anywhere: on the same volume after a kill, or on an empty one from the Hub."""
 
 import hashlib
 import json
+import re
 import time
 from pathlib import Path
 
@@ -67,6 +68,61 @@ def test_every_epoch_is_uploaded_and_the_hub_matches_the_volume(
     manifest = json.loads(remote(hub, "manifest.json"))
     assert manifest["dataset"] == {"data": "the built-in demo"}
     assert manifest["torch"].startswith("2.14.1") and manifest["libreyolo"] == "1.6.0"
+    the_run_ends_as_a_card(image, volume, hub, result)
+
+
+# The test's own val of a best.pt, apart from trainbox's: the Hub's file, the staged test split.
+INDEPENDENT_VAL = """
+import json, sys
+from huggingface_hub import hf_hub_download
+from libreyolo import LibreYOLO
+model = LibreYOLO(hf_hub_download(sys.argv[1], "run/best.pt"), device="cpu")
+found = model.val(data="/workspace/data/demo/data.yaml", split="test", imgsz=128, batch=4,
+                  workers=0, verbose=False, project="/tmp/val", name="t")
+print(json.dumps({k: v for k, v in dict(found).items() if k.startswith("metrics/")}))
+"""
+
+
+def the_run_ends_as_a_card(image: str, volume: str, hub: Hub, result) -> None:
+    """The demo (it has a test split) ends as a card on the Hub: huggingface_hub parses it,
+    its test mAP50-95 is evaluation/test.json's, which is a separate val's of the Hub's
+    best.pt on the staged test split; every picture it shows is in the repo; its snippet,
+    run as printed, loads the model from the Hub and predicts; no commit holds README.md with
+    a checkpoint; the last line gives the card's page."""
+    from huggingface_hub import ModelCard
+
+    repo = hub.repos[f"models/{OUTPUT}"]
+    text = repo.files["README.md"].decode()
+    entry = ModelCard(text).data.eval_results  # huggingface_hub's own reading
+    test = {r.metric_type: r.metric_value for r in entry if r.dataset_split == "test"}
+    written = json.loads(repo.files["run/evaluation/test.json"])
+    assert written["images"] == demo.SPLITS["test"] and written["split"] == "test"
+    assert written["checkpoint_sha256"] == hashlib.sha256(remote(hub, "best.pt")).hexdigest()
+    env = {"HF_ENDPOINT": hub.url, "HF_TOKEN": GOOD_TOKEN}
+    again = run_container(image, volume, "-c", INDEPENDENT_VAL, OUTPUT, env=env,
+                          options=("--entrypoint", "python"))  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    independent = json.loads(again.stdout.strip().splitlines()[-1])
+    for kind in ("mAP50-95", "mAP50", "precision", "recall"):
+        assert test[kind] == written["metrics"][f"metrics/{kind}"]
+        assert independent[f"metrics/{kind}"] == pytest.approx(test[kind], abs=1e-9), kind
+    assert "| test | 8 |" in text
+    pictures = re.findall(r"!\[[^]]*\]\(([^)]+)\)", text)
+    assert "run/evaluation/curves.png" in pictures and len(pictures) >= 3
+    assert all(repo.files.get(path, b"").startswith(b"\x89PNG") for path in pictures), pictures
+    snippet = text.split("```python\n", 1)[1].split("```", 1)[0]
+    predicted = run_container(image, volume, "-c", "mkdir -p /tmp/p && cd /tmp/p && python -c "
+                              "'from PIL import Image; Image.open(\"/workspace/data/demo/images/"
+                              "test/0000.png\").save(\"image.jpg\")' && python -c \"$SNIPPET\"",
+                              env={**env, "SNIPPET": snippet},
+                              options=("--entrypoint", "bash"))  # fmt: skip
+    assert predicted.returncode == 0, predicted.stderr[-3000:]
+    assert "hf://org/weights/run/best.pt" in snippet and predicted.stdout.strip()
+    together = [c for c in repo.commits if "README.md" in repo.changed[c]
+                and any(p.endswith(".pt") for p in repo.changed[c])]  # fmt: skip
+    assert not together
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == f"[trainbox] the model card: {hub.url}/{OUTPUT}"
 
 
 def test_hub_faults_lose_nothing(image: str, volume: str, hub: Hub) -> None:
@@ -79,14 +135,21 @@ def test_hub_faults_lose_nothing(image: str, volume: str, hub: Hub) -> None:
         Fault("/cas/v1/xorbs/", drop_after=1000, times=2, methods=("POST",)),  # cut midway
         Fault("/preupload/", status=500, times=2, methods=("POST",)),
     ]
+    # A card a person gave a license the Hub does not know: the Hub refuses trainbox's card.
+    theirs = b"---\nlicense: my-own-licence\n---\nOur words.\n"
+    hub.add(OUTPUT, {"README.md": theirs}, kind="models", private=True)
     result = run_container(image, volume, env=env_for(hub, EPOCHS="3"))
     assert result.returncode == 0, logs(result)[-4000:]
     assert all(fault.times == 0 for fault in hub.faults)
     index = json.loads(
         in_volume(image, volume, "cat", "/workspace/trainbox/published/run/index.json")
     )
+    assert index["epoch"] == 3  # the final epoch is on the Hub, the card refused or not
     for name, digest in index["files"].items():
         assert hashlib.sha256(remote(hub, name)).hexdigest() == digest, name
+    refused = [line for line in result.stderr.splitlines() if "model card was not written" in line]
+    assert refused and all("Invalid metadata in README.md" in line for line in refused)
+    assert hub.repos[f"models/{OUTPUT}"].files["README.md"] == theirs
 
 
 def test_a_bad_token_stops_before_training(image: str, volume: str, hub: Hub) -> None:
@@ -148,11 +211,20 @@ def test_docker_stop_pushes_the_last_epoch_and_a_new_volume_resumes_from_the_hub
             f"org/shapes@{commit}: set ALLOW_DATASET_CHANGE=true to resume on it, or a new "
             "RUN_NAME"
         )
+        # The stopped run's card says so; a person edits it on the Hub meanwhile.
+        readme = hub.repos[f"models/{OUTPUT}"].files["README.md"].decode()
+        assert "**Not completed: stopped.**" in readme
+        edited = readme.replace("<!-- trainbox:begin -->", "Notes by hand.\n\n"
+                                "<!-- trainbox:begin -->") + "\nA footer by hand.\n"  # fmt: skip
+        hub.repos[f"models/{OUTPUT}"].commit({"README.md": edited.encode()})
         # A brand-new volume continues from the Hub's last.pt, not from epoch 1.
         again = run_container(image, fresh[1], env=env_for(hub, EPOCHS="5"))
         assert again.returncode == 0, logs(again)[-4000:]
         assert f"resuming run run from the last.pt on {OUTPUT}" in logs(again)
         assert "epoch 5/5 done" in logs(again) and "epoch 1/5 done" not in logs(again)
+        readme = hub.repos[f"models/{OUTPUT}"].files["README.md"].decode()
+        assert "Notes by hand." in readme and readme.rstrip().endswith("A footer by hand.")
+        assert "Not completed" not in readme and "| test | 8 |" in readme
         # Completed on the Hub: another new volume trains nothing.
         done = run_container(image, fresh[2], env=env_for(hub, EPOCHS="5"))
         assert done.returncode == 0, logs(done)[-3000:]

@@ -30,6 +30,17 @@ source, 2026-11-30, unless said otherwise):
   the Hub's staging server; read in the huggingface_hub repository, 2026-11-30). The message is
   sent both as ``X-Error-Message`` and as the JSON ``error``; ``utils/_http.py::_format`` puts
   either into the exception's text, and which of the two the real Hub uses is not known here.
+- Model cards: the real Hub parses a committed ``README.md``'s YAML block (the regex
+  huggingface_hub keeps "in sync" with the server, ``repocard.py``'s ``REGEX_YAML_BLOCK``) and
+  refuses a commit whose metadata it finds invalid with 400 "Invalid metadata in README.md";
+  huggingface_hub 2.4.0's ``create_commit`` asks ``POST /api/validate-yaml`` first
+  (``hf_api.py::_validate_yaml``: 400 with ``{"errors": [{"message"}]}`` becomes a
+  ``ValueError`` raised from the ``BadRequestError``; huggingface_hub issue 1927 and pull
+  request 1934). Checked here (``card_errors``), a subset of the real Hub's rules: YAML that
+  parses into a mapping; ``license`` one of the Hub's identifiers (a subset of its list,
+  ``LICENSES``); ``model-index`` a list of entries with ``name`` and ``results``, each result
+  with ``task.type``, ``dataset.type`` and ``dataset.name``, and ``metrics`` with ``type`` and
+  ``value``. Its other rules (languages, base_model existence, ...) are not checked.
 - Resolve: ``get_hf_file_metadata`` (``file_download.py``) takes ``X-Repo-Commit``, then
   ``X-Linked-Etag`` or else ``ETag``, then ``X-Linked-Size`` or else ``Content-Length``; the
   ``hf_hub_download`` docstring says "An object's ETag is: its git-sha1 if stored in git, or its
@@ -111,6 +122,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote
 
+import yaml
+
 from tests.standins import xet
 
 GOOD_TOKEN = "hf_testtoken_good"
@@ -175,6 +188,51 @@ def lfs_pointer(data: bytes, sha256: str) -> bytes:
     ).encode()
 
 
+# The Hub's license identifiers (a subset of its list, docs/hub/repositories-licenses).
+LICENSES = frozenset({
+    "apache-2.0", "mit", "openrail", "afl-3.0", "artistic-2.0", "bsl-1.0", "bsd", "bsd-2-clause",
+    "bsd-3-clause", "cc", "cc0-1.0", "cc-by-2.0", "cc-by-4.0", "cc-by-sa-4.0", "cc-by-nc-4.0",
+    "cc-by-nc-sa-4.0", "cc-by-nd-4.0", "wtfpl", "epl-2.0", "agpl-3.0", "gpl", "gpl-2.0",
+    "gpl-3.0", "lgpl-3.0", "isc", "mpl-2.0", "odbl", "unlicense", "zlib", "unknown", "other",
+})  # fmt: skip
+CARD_YAML = re.compile(r"^(\s*---[\r\n]+)([\S\s]*?)([\r\n]+---(\r\n|\n|$))")
+
+
+def card_errors(text: str) -> list[str]:
+    """What the Hub finds invalid in a README's metadata (the rules in the module's doc)."""
+    found = CARD_YAML.match(text)
+    if not found:
+        return []
+    try:
+        meta = yaml.safe_load(found.group(2)) or {}
+    except yaml.YAMLError as err:
+        return [f"YAML: {str(err).splitlines()[0]}"]
+    if not isinstance(meta, dict):
+        return ["metadata must be a mapping"]
+    errors = []
+    if "license" in meta and meta["license"] not in LICENSES:
+        errors.append('"license" must be one of the Hub\'s license identifiers')
+    index = meta.get("model-index")
+    if index is not None and not _valid_index(index):
+        errors.append('"model-index" must be a list of {name, results: [{task: {type}, '
+                      'dataset: {type, name}, metrics: [{type, value}]}]}')  # fmt: skip
+    return errors
+
+
+def _valid_index(index: object) -> bool:
+    def result_ok(r: object) -> bool:
+        return (isinstance(r, dict) and isinstance(r.get("task"), dict) and "type" in r["task"]
+                and isinstance(r.get("dataset"), dict)
+                and {"type", "name"} <= r["dataset"].keys()
+                and isinstance(r.get("metrics"), list)
+                and all(isinstance(m, dict) and {"type", "value"} <= m.keys()
+                        for m in r["metrics"]))  # fmt: skip
+
+    return isinstance(index, list) and all(
+        isinstance(e, dict) and "name" in e and isinstance(e.get("results"), list)
+        and all(result_ok(r) for r in e["results"]) for e in index)  # fmt: skip
+
+
 @dataclass
 class Snapshot:
     """A commit's files, which of them are stored with LFS, and their hashes (computed once per
@@ -217,6 +275,7 @@ class Repo:
     commits: list[str] = field(default_factory=list)  # oldest first; the last is ``main``
     snapshots: dict[str, Snapshot] = field(default_factory=dict)  # by commit
     branches: dict[str, str] = field(default_factory=dict)  # other refs -> their commit
+    changed: dict[str, list[str]] = field(default_factory=dict)  # by commit: the paths it added
 
     @property
     def files(self) -> dict[str, bytes]:
@@ -262,6 +321,7 @@ class Repo:
             json.dumps([parent, len(self.commits), change, sorted(gone), sorted(stored)]).encode()
         ).hexdigest()
         self.snapshots[digest] = snapshot
+        self.changed[digest] = sorted(files)
         self.commits.append(digest)
         return digest
 
@@ -609,11 +669,14 @@ class Hub:
                     recursive = "recursive=true" in self.path.lower()
                     self._tree(key, match.group(3), match.group(4).strip("/"), recursive)
                 elif path == "/api/validate-yaml" and self.command == "POST":
-                    # A dataset card's YAML, checked before push_to_hub commits it
-                    # (huggingface_hub 2.4.0 ``repocard.RepoCard.validate`` reads nothing of a
-                    # 200 answer; a 400 carries the error). Not checked here.
-                    self._body()
-                    self._json(200, {"errors": [], "warnings": []})
+                    # A card's YAML, checked before push_to_hub or create_commit commits it
+                    # (huggingface_hub 2.4.0 ``repocard.RepoCard.validate``,
+                    # ``hf_api._validate_yaml``): a 400 carries the errors.
+                    errors = card_errors(json.loads(self._body()).get("content", ""))
+                    self._json(
+                        400 if errors else 200,
+                        {"errors": [{"message": e} for e in errors], "warnings": []},
+                    )
                 elif self.command in ("POST", "PUT") and not self._may_write():
                     self._body()
                 elif path == "/api/repos/create":
@@ -1088,6 +1151,11 @@ class Hub:
                         deleted.append(value["path"])
                     elif entry["key"] == "deletedFolder":
                         deleted.append(value["path"].rstrip("/") + "/")
+                if "README.md" in files and (errors := card_errors(
+                        files["README.md"].decode(errors="replace"))):  # fmt: skip
+                    self._error(400, None, "Invalid metadata in README.md.\n"
+                                + "\n".join(f"- {e}" for e in errors))  # fmt: skip
+                    return
                 with hub._lock:
                     head = repo.commits[-1] if repo.commits else None
                     stale = parent is not None and parent != head

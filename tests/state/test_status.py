@@ -192,7 +192,9 @@ def test_a_run_reports_the_seconds_billed_before_and_after_training(
     assert bill["before_training_s"] == round(moments["first_step"] - moments["started"])
     assert bill["before_training_s"] > 0 and bill["after_training_s"] >= 0
     assert bill["before_training_s"] + bill["after_training_s"] < ended - launched
-    assert done.stderr.strip().splitlines()[-1] == f"[trainbox] {view.billed_line(bill)}"
+    last = done.stderr.strip().splitlines()
+    assert last[-1] == f"[trainbox] the model card: {hub.url}/org/weights"  # the run's result
+    assert f"[trainbox] {view.billed_line(bill)}" in last[-3:]
     assert f"idle     {view.billed_line(bill)}" in trainbox("status", env=env).stdout
     # Computed once, by the final upload, up to its start: the status and the log say what
     # the manifest says, and the volume's published copy stays the one the Hub holds.

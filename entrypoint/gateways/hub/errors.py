@@ -58,7 +58,11 @@ class Unreachable(TrainboxError):
 
 
 def status_of(err: BaseException) -> int | None:
-    """The HTTP status of a client (``response.status_code``) or urllib (``code``) error."""
+    """The HTTP status of a client (``response.status_code``) or urllib (``code``) error, or
+    of the answer the client raised it from (huggingface_hub's ``ValueError`` "Invalid metadata
+    in README.md" comes from the Hub's 400 to ``/api/validate-yaml``)."""
+    if isinstance(err, ValueError) and err.__cause__ is not None:
+        return status_of(err.__cause__)
     status = getattr(getattr(err, "response", None), "status_code", None)
     if status is None and isinstance(err, urllib.error.HTTPError):
         status = err.code
@@ -146,7 +150,8 @@ def refusal(err: BaseException, target: Target) -> TrainboxError:
             "https://huggingface.co/settings/tokens",
             code,
         )
-    return TrainboxError(f"the Hub refused a request for {setting}={repo}: {err}", code)
+    said = " ".join(str(err).split())  # one line: the client's can span several
+    return TrainboxError(f"the Hub refused a request for {setting}={repo}: {said}", code)
 
 
 def unreachable(target: Target, what: str, why: str, waited: float) -> Unreachable:

@@ -21,7 +21,7 @@ from entrypoint.errors import ExitCode, TrainboxError
 if TYPE_CHECKING:
     from huggingface_hub import HfApi
 
-__all__ = ("XET_LOGS", "XET_SHARD_CACHE", "Target", "check_settings", "url")
+__all__ = ("XET_LOGS", "XET_SHARD_CACHE", "Target", "check_settings", "page", "url")
 
 TIMEOUT = 120  # seconds a request waits for a byte: a hung Hub fails an attempt, not the run
 
@@ -93,6 +93,11 @@ def _hf() -> Any:
 def url(repo: str, name: str, revision: str, repo_type: str = "dataset") -> str:
     """The resolve URL of ``name`` in ``repo`` at ``revision``."""
     return _hf().hf_hub_url(repo, name, repo_type=repo_type, revision=revision)
+
+
+def page(repo: str) -> str:
+    """A model repo's page on the Hub (HF_ENDPOINT's), where its card shows."""
+    return f"{_hf().constants.ENDPOINT.rstrip('/')}/{repo}"
 
 
 @dataclass(frozen=True)

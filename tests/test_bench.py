@@ -92,3 +92,11 @@ def test_published_bench_times_parquet_against_the_tar_and_their_memory() -> Non
     for name in ("parquet", "tar"):
         assert any(line.startswith(name) and "peak RSS" in line for line in printed.splitlines())
     assert "the tar's time (goal: at most 1.3x)" in printed
+
+
+def test_evaluation_bench_sets_the_evaluation_against_an_epoch_of_the_same_run() -> None:
+    printed = bench("evaluation.py", "--epochs", "1", timeout=600)
+    assert "epoch (mean of 1):" in printed
+    for what in ("test split alone", "val split alone", "the whole process"):
+        line = next(line for line in printed.splitlines() if what in line)
+        assert line.endswith("x an epoch)"), line

@@ -1,4 +1,5 @@
-"""The boot: the job's steps, in the order ``STEPS`` lists them, from the settings to training.
+"""The boot: the job's steps, in the order ``STEPS`` lists them, from the settings to training
+and the evaluation of what it made.
 
 Each step does one thing and records its own phase, and leaves its result in the ``Boot`` it
 is handed for the steps after it. What a step holds for the rest of the job (the volume's

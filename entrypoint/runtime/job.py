@@ -1,7 +1,8 @@
 """The container's job, start to end: the boot's steps in order (``boot.STEPS``: settings,
 lock, watch, a completed run, the preflight, the resume, the budget, the start weights,
-staging, the manifest, supervision), then the ending: the exit code (``exits``), how it ended
-in the status, what the machine cost, and what it does next (``ending``).
+staging, the manifest, supervision, the evaluation), then the ending: the exit code
+(``exits``), how it ended in the status, what the machine cost, the model card, and what it
+does next (``ending``).
 
 Data flows one way: config -> preflight -> dataset -> training -> upload.
 """

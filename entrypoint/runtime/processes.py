@@ -37,23 +37,30 @@ def preflight(run: Run) -> int:
 
 def evaluate(run: Run) -> int | None:
     """``trainbox evaluate`` in its own process (its memory and CUDA context go with it); its
-    exit code, or None when a stop signal ended it (kept, as a stop during training is, for
-    the final steps' budget)."""
+    exit code, or None when a stop signal came before or during it (kept, as a stop during
+    training is, for the final steps' budget)."""
     assert run.runtime is not None, "evaluate is started by trainbox run"
     runtime = run.runtime
-    child = subprocess.Popen([sys.executable, "-m", "entrypoint", "evaluate"], env=run.environ)
     stopped: list[int] = []
+    child: list[subprocess.Popen] = []
 
     def stop(signum: int, _frame: object) -> None:
         log.info("%s received: stopping the evaluation", signal.Signals(signum).name)
         if not stopped and store.stop(runtime) is None:
             store.write_stop(runtime, time.time())
         stopped.append(signum)
-        child.terminate()
+        for each in child:
+            each.terminate()
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        code = child.wait()
+        if store.stop(runtime) is not None:  # it came once training had ended: none started
+            return None
+        child.append(subprocess.Popen([sys.executable, "-m", "entrypoint", "evaluate"],
+                                      env=run.environ))  # fmt: skip
+        if stopped:  # between the check and the start
+            child[0].terminate()
+        code = child[0].wait()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -156,6 +156,13 @@ def _repo(raw: Any) -> str:
     return text
 
 
+def _license(raw: Any) -> str:
+    text = _text(raw).lower()
+    if text and not re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", text):
+        raise ValueError("expected a Hub license identifier such as apache-2.0, mit or other")
+    return text
+
+
 def _path(raw: Any) -> Path:
     path = Path(_text(raw))
     if not path.is_absolute():
@@ -382,6 +389,12 @@ class Config:
         "after training, score best.pt with LibreYOLO's val into `runs/RUN_NAME/evaluation/` "
         "(uploaded, and on the model card): `auto`, the dataset's test split when it has a "
         "labelled one, and the validation split; `val`, the validation split only; `none`",
+    )
+    model_license: str = setting(
+        "",
+        _license,
+        "the license the model card declares, a Hub license identifier such as `apache-2.0` "
+        "(mind the start weights' and the dataset's terms); empty: none",
     )
     image: str = setting(
         "",

@@ -30,7 +30,8 @@ DETECTION = ("metrics/mAP50-95", "metrics/mAP50", "metrics/precision", "metrics/
 CLASSIFICATION = ("metrics/accuracy_top1", "metrics/accuracy_top5", "metrics/precision",
                   "metrics/recall")  # fmt: skip
 HARDWARE = ("gpus", "driver", "cuda", "torch", "libreyolo", "trainbox")
-HIDDEN_SETTINGS = {"workspace", "train", "ssh_public_key", "node_rank", "master_addr", "image"}
+HIDDEN_SETTINGS = {"workspace", "train", "ssh_public_key", "node_rank", "master_addr", "image",
+                   "model_license"}  # fmt: skip
 
 
 def pipeline_tag(task: str) -> str | None:
@@ -94,6 +95,7 @@ def record(run_dir: Path, published: Path, *, cost: dict[str, Any] | None = None
         "options": manifest.get("train_options", {}),
         "settings": _changed(chosen),
         "image": chosen.get("image", ""),
+        "license": chosen.get("model_license", ""),
         "curves": (run_dir / evaluation.FOLDER / evaluation.CURVES).is_file(),
         "plots": {split: _plots(run_dir / evaluation.FOLDER / split) for split in scores},
         "date": (theirs.get("updated_at") or "")[:10],
@@ -224,6 +226,8 @@ def _metadata(runs: list[dict], kept: dict[str, Any]) -> Any:
         keys["datasets"] = datasets
     if base := _base_model(top["model"]):
         keys["base_model"] = base
+    if top.get("license"):
+        keys["license"] = top["license"]
     data = ModelCardData(**keys)
     entries = others + [entry for run in runs for entry in _model_index(run)]
     if entries:

@@ -19,7 +19,7 @@ from tests.standins.hub import GOOD_TOKEN, Hub
 def before_training(cfg: config.Config) -> None:
     """The job's steps after the watchdog's start and before supervision, on this volume."""
     started = boot.Boot(this.start(cfg))
-    for step in boot.STEPS[boot.STEPS.index(boot.completed) : -1]:
+    for step in boot.STEPS[boot.STEPS.index(boot.completed) : boot.STEPS.index(boot.supervision)]:
         step(started)
 
 

@@ -64,7 +64,8 @@ def make_run(workspace: Path, name: str, *, task: str = "detect", state: str = "
         "dataset": {"repo": "org/cars", "revision": "main", "commit": "c0ffee12"},
         "train_options": {"lr0": 0.002},
         "settings": {"model": "hf://org/base/best.pt", "epochs": "3", "run_name": name,
-                     "dataset_repo": "org/cars", "workspace": str(workspace)},
+                     "dataset_repo": "org/cars", "workspace": str(workspace),
+                     "model_license": "apache-2.0"},
     })  # fmt: skip
     for split, metrics in (scores or {}).items():
         found = {
@@ -112,6 +113,7 @@ def test_a_detection_runs_card_reports_its_evaluation_exactly(tmp_path: Path) ->
     assert meta["pipeline_tag"] == "object-detection"  # LibreYOLO's own mapping
     assert {"libreyolo", "yolo9", "detect", "trainbox"} <= set(meta["tags"])
     assert meta["datasets"] == ["org/cars"] and meta["base_model"] == "org/base"
+    assert meta["license"] == "apache-2.0"  # MODEL_LICENSE
     index = model_index(text)
     for split, name in (("test", "test"), ("val", "validation")):
         written = json.loads((run_dir / "evaluation" / f"{split}.json").read_text())["metrics"]
@@ -179,7 +181,7 @@ def test_a_persons_words_and_keys_are_kept(tmp_path: Path) -> None:
     text = card.render([record(run_dir)], REPO, theirs)  # a README trainbox did not write
     assert text.split(card.BEGIN)[0].endswith("Our notes -- keep them.\n\n")
     meta = ModelCard(text).data.to_dict()
-    assert meta["license"] == "mit" and meta["tags"][0] == "cars"
+    assert meta["license"] == "apache-2.0" and meta["tags"][0] == "cars"  # MODEL_LICENSE's
     assert [e["name"] for e in model_index(text)] == ["baseline", "run"]
     edited = text.replace("Our notes -- keep them.", "Edited by hand.") + "\nA footer.\n"
     again = card.render([record(run_dir)], REPO, edited)  # a later run's card
@@ -196,17 +198,18 @@ def test_a_card_the_hub_refuses_is_one_line_and_nothing_else(
     client_at(monkeypatch, hub.url)
     hub.add(REPO, {"README.md": b"---\nlicense: my-own\n---\nMine.\n"}, kind="models")
     run_dir = make_run(tmp_path, "run", scores={"val": DETECT})
-    assert results.push_card(REPO, [record(run_dir)], wait=5) is None
+    mine = {**record(run_dir), "license": ""}  # no MODEL_LICENSE: the person's key stays
+    assert results.push_card(REPO, [mine], wait=5) is None
     refused = [r.getMessage() for r in caplog.records if "model card" in r.getMessage()]
     assert len(refused) == 1 and "\n" not in refused[0]
     assert "Invalid metadata in README.md" in refused[0] and "license" in refused[0]
     assert hub.repos[f"models/{REPO}"].files["README.md"].endswith(b"Mine.\n")
     hub.repos[f"models/{REPO}"].commit({"README.md": b"---\nlicense: mit\n---\nMine.\n"})
-    page = results.push_card(REPO, [record(run_dir)], wait=5)
+    page = results.push_card(REPO, [mine], wait=5)
     assert page == f"{hub.url}/{REPO}"
     written = hub.repos[f"models/{REPO}"].files["README.md"].decode()
     assert written.startswith("---\nlicense: mit\n") and "Mine.\n" in written
     assert re.search(r"value: 0\.4123\b", written)
     commits = len(hub.repos[f"models/{REPO}"].commits)
-    assert results.push_card(REPO, [record(run_dir)], wait=5) == page
+    assert results.push_card(REPO, [mine], wait=5) == page
     assert len(hub.repos[f"models/{REPO}"].commits) == commits  # unchanged: not committed again

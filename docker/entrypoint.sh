@@ -7,7 +7,7 @@
 set -e
 [ "$#" -gt 0 ] || set -- run
 case "$1" in
-  -*|card|check|config|dataset|elastic|evaluate|launch|monitor|plan|run|status|train|upload|watchdog)
+  -*|card|check|config|dataset|elastic|evaluate|launch|monitor|notify|plan|run|status|train|upload|watchdog)
     exec trainbox "$@" ;;
 esac
 exec "$@"

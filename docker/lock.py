@@ -16,9 +16,9 @@ TORCH_STACK = ["torch", "torchvision"]
 # (transformers: RF-DETR and DINOv2 exist only with it), lora (peft) and onnx (onnxruntime
 # for export_check and INT8 export, onnxsim).
 EXTRAS = ["rfdetr", "lora", "onnx", "plots"]
-# pyarrow: datasets published as parquet are converted on the rented machine.
+# pyarrow: datasets published as parquet are converted on the rented machine. apprise: NOTIFY.
 ROOTS = [f"libreyolo[{','.join(EXTRAS)}]", "huggingface_hub", "hf_xet", "supervisor", "pyyaml",
-         "onnx", "pyarrow"]  # fmt: skip
+         "onnx", "pyarrow", "apprise"]  # fmt: skip
 
 
 def _key(name: str) -> str:

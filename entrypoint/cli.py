@@ -30,12 +30,13 @@ def cli() -> None:
 @cli.command()
 def run() -> int:
     """The container's job: check the settings, stage the dataset, train under supervisord."""
-    from entrypoint.gateways import hub
+    from entrypoint.gateways import hub, notify
     from entrypoint.runtime import ending, job
 
     try:
         cfg = config.load()
         hub.check_settings(os.environ)
+        notify.check(os.environ)
     except TrainboxError as err:  # refused: still settled, so that no restart loop bills
         return ending.refused(err)
     return job.run(cfg)
@@ -62,7 +63,7 @@ def _here() -> "Run":
 
 @cli.command()
 def train() -> int:
-    """The supervised ``train`` program (started by ``trainbox run``)."""
+    """The supervised train program (started by trainbox run)."""
     from entrypoint.training import program as training
 
     return training.main(_here())
@@ -83,6 +84,33 @@ def evaluate_command() -> int:
     device = "cpu" if cfg.device == "cpu" else "auto"
     return evaluation.main(evaluation.Plan(cfg.run_dir, data, cfg.imgsz, device, dataset,
                                            cfg.evaluate))  # fmt: skip
+
+
+@cli.command("notify")
+@click.option(
+    "--test",
+    "test_send",
+    is_flag=True,
+    required=True,
+    help="Send one test message to every NOTIFY URL.",
+)
+def notify_command(test_send: bool) -> int:
+    """Send one test message to every NOTIFY URL and say which answered."""
+    from entrypoint.gateways import notify
+
+    try:
+        notify.check(os.environ)
+    except TrainboxError as err:
+        click.echo(f"error: {err}", err=True)
+        return int(err.code)
+    if not notify.urls(os.environ.get("NOTIFY", "")):
+        click.echo("error: NOTIFY is not set: give it one or more Apprise URLs", err=True)
+        return int(ExitCode.CONFIG)
+    answered = notify.send("trainbox: a test message", "NOTIFY works: this is where trainbox "
+                           "tells you how a run went.")  # fmt: skip
+    for url, ok in answered.items():
+        click.echo(f"{url}: {'answered' if ok else 'did not answer'}")
+    return 0 if all(answered.values()) else int(ExitCode.CONFIG)
 
 
 @cli.command("card")
@@ -189,7 +217,7 @@ def stage_dataset() -> None:
 
 @cli.command("upload", hidden=True)
 def upload_command() -> int:
-    """The supervised uploader (internal; started by ``trainbox run`` when OUTPUT_REPO is set)."""
+    """The supervised uploader (internal; started by trainbox run when OUTPUT_REPO is set)."""
     from entrypoint.upload import uploader as upload
 
     run = _here()
@@ -198,7 +226,7 @@ def upload_command() -> int:
 
 @cli.group("plan")
 def plan_group() -> None:
-    """Before renting: the disk to allocate. Between runs: stop, or destroy and rebuild."""
+    """Before renting: the disk, the cost per card, and whether to stop or destroy between runs."""
 
 
 @plan_group.command("disk")
@@ -332,6 +360,10 @@ def show_config() -> None:
         if isinstance(value, tuple):  # IMGSZ's height and width, as the setting is written
             value = "x".join(map(str, value))
         click.echo(f"{key.upper()}={value}")
+    from entrypoint.gateways import notify
+
+    if found := notify.urls(os.environ.get("NOTIFY", "")):  # a secret: redacted
+        click.echo(f"NOTIFY={' '.join(notify.shown(url) for url in found)}")
     chosen = options.effective(cfg)
     for key, value in {**options.defaults(cfg.model), **chosen}.items():
         if key not in options.OWNED:
@@ -351,7 +383,7 @@ def launch(procs: int) -> int:
                                                       "help_option_names": []})  # fmt: skip
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 def elastic(argv: tuple[str, ...]) -> int:
-    """torchrun, for ``launch`` (internal)."""
+    """torchrun, for launch (internal)."""
     from entrypoint.runtime import processes
 
     return processes.elastic(list(argv), _here())

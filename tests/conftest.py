@@ -58,6 +58,7 @@ BESIDE_TRAINING = tuple(
         "test_compose.py::test_env_example_means_the_same",
         "test_dataset.py::test_doctor_errors_stop_the_run",
         "test_dataset.py::test_not_enough_disk_stops_before_downloading",
+        "test_dataset.py::test_a_dataset_repo_that_does_not_exist",
         "test_faults.py::test_a_hub_down_while_a_new_volume_resumes_trains_nothing",
         "test_faults.py::test_a_refused_xet_token_stops_at_start",
         "test_faults.py::test_a_stop_during_staging",

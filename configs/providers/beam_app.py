@@ -61,7 +61,7 @@ workspace = Volume(name="trainbox-workspace", mount_path="/workspace")
     timeout=TIMEOUT,
     retries=1,
     volumes=[workspace],
-    secrets=["HF_TOKEN"],
+    secrets=["HF_TOKEN"],  # add "NOTIFY" (beam secret create NOTIFY ntfy://...) to hear of it
     env=SETTINGS,
     headless=True,
 )

@@ -56,6 +56,8 @@ workspace = modal.Volume.from_name("trainbox-workspace-v2", create_if_missing=Tr
     gpu="H100",
     timeout=TIMEOUT,
     volumes={"/workspace": workspace},
+    # HF_TOKEN from the secret "huggingface"; put NOTIFY (Apprise URLs, docs/watching.md) in
+    # it too to hear of the run.
     secrets=[modal.Secret.from_name("huggingface")],
     retries=modal.Retries(max_retries=10, initial_delay=0.0, backoff_coefficient=1.0),
     single_use_containers=True,  # each attempt on a fresh container

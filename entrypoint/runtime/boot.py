@@ -246,9 +246,10 @@ def evaluating(boot: Boot) -> None:
         log.warning("evaluation stopped: the run's outcome stands; a restart does not evaluate")
         return
     if found := evaluation.read(cfg.run_dir):
-        status.note(cfg.volume, evaluation={
-            split: {"images": each["images"], **{k: v for k, v in each["metrics"].items()
-                                                 if k in evaluation.HEADLINE}}
+        status.note(cfg.volume, evaluation={  # the headline's order: mAP50-95 or top-1 first
+            split: {"images": each["images"], **{k: each["metrics"][k]
+                                                 for k in evaluation.HEADLINE
+                                                 if k in each["metrics"]}}
             for split, each in found.items()})  # fmt: skip
     uploaded = store.code(run.runtime, "upload") == ExitCode.OK
     if code == ExitCode.OK and cfg.output_repo and uploaded:

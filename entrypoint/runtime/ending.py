@@ -31,9 +31,10 @@ from typing import Any
 
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.gateways import provider
+from entrypoint.runtime import notices
 from entrypoint.settings import config
 from entrypoint.settings.config import Config
-from entrypoint.state import snapshot, status, store
+from entrypoint.state import cost, snapshot, status, store
 
 log = logging.getLogger("trainbox")
 
@@ -71,6 +72,13 @@ def final(code: int, before: list[dict[str, Any]]) -> bool:
     recent = codes[-(FAILED_STARTS - 1) :]
     in_a_row = len(recent) == FAILED_STARTS - 1 and all(c not in (0, 130) for c in recent)
     return (bool(codes) and codes[-1] == code) or in_a_row
+
+
+def for_good(code: int, workspace: Path, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether this start's end is the run's for now: ``final``, or a machine that never
+    starts an exited container again by itself (a person must act either way)."""
+    found = provider.machine(environ)
+    return found is None or not found.restarts or final(code, history(workspace))
 
 
 def failed(code: int, line: str) -> int:
@@ -226,6 +234,12 @@ class Signal:
         with contextlib.suppress(OSError):
             status.note(cfg.volume, waiting=line)
         log.error("%s", line)
+        billing = notices.Billing(
+            lambda said: notices.tell(cfg.volume, cfg.run_dir, cfg.notify_events, "billing",
+                                      said, once=False),
+            line, cost.price_now(cfg.volume), since=time.time())  # fmt: skip
+        billing.tick()  # at once, then hourly
         while not self.within(REPEAT_S):
             log.error("%s", line)
+            billing.tick()
         return code

@@ -12,7 +12,8 @@ import threading
 
 from entrypoint import __version__
 from entrypoint.errors import MEANINGS, ExitCode, TrainboxError
-from entrypoint.runtime import boot, ending, exits, pricing
+from entrypoint.gateways import notify
+from entrypoint.runtime import boot, ending, exits, notices, pricing
 from entrypoint.settings.config import Config
 from entrypoint.state import budget, snapshot, status, store
 from entrypoint.state import run as this
@@ -58,9 +59,9 @@ def _card(run: this.Run, code: int) -> str | None:
         return None
     stopped_at = store.stop(run.runtime) if run.runtime else None
     wait = budget.flush_left(cfg.stop_grace, stopped_at) if stopped_at else min(cfg.hub_wait, 60)
-    ended = "stopped at MAX_COST" if code == ExitCode.BUDGET else status.ended(code)
-    mine = card.record(cfg.run_dir, snapshot.folder(cfg.run_dir),
-                       cost=status.read(run.volume).get("cost"), ended=ended)  # fmt: skip
+    money = status.read(run.volume).get("cost")
+    mine = card.record(cfg.run_dir, snapshot.folder(cfg.run_dir), cost=money,
+                       ended=status.ended(code))  # fmt: skip
     if wait < 1:
         log.warning("the model card was not written: no time left of STOP_GRACE")
         return None
@@ -91,8 +92,38 @@ def _ended(started: boot.Boot, happened: exits.Outcome) -> int:
         pricing.report(run.settings)  # what the machine cost; ON_EXIT acts after it
     if page := _card(run, code):
         log.info("the model card: %s", page)
+    last = _last_line(code, why, error=happened.error is not None)
+    _tell(run, code, last, already=happened.early == ExitCode.OK)
     if happened.error is not None:
         return ending.failed(code, why)
     if why:  # the last line: why, and what to do
-        log.error("exit %d: %s; %s", code, why, MEANINGS.get(code, ("", "see the log"))[1])
+        log.error("%s", last)
     return code
+
+
+def _last_line(code: int, why: str, *, error: bool) -> str:
+    """The last line's words: why, and what to do (a budget's reason says what to do)."""
+    if error:
+        return f"exit {code}: {why}"
+    advice = "" if code == ExitCode.BUDGET else MEANINGS.get(code, ("", "see the log"))[1]
+    return f"exit {code}: {why}" + (f"; {advice}" if advice else "")
+
+
+EVENTS = {ExitCode.OK: "completed", ExitCode.BUDGET: "budget", ExitCode.TIME_LIMIT: "watchdog",
+          ExitCode.STALLED: "watchdog", ExitCode.INTERRUPTED: "stopped"}  # fmt: skip
+
+
+def _tell(run: this.Run, code: int, line: str, *, already: bool) -> None:
+    """The person hears how the start ended: completed (unless the run had completed before
+    this start), a budget, a watchdog, a stop, or a failure for good; within what is left of
+    STOP_GRACE after a stop, NOTIFY's timeout at most."""
+    cfg = run.settings
+    event = EVENTS.get(code) or ("failed" if ending.for_good(code, cfg.workspace) else None)
+    if event is None or (event == "completed" and already):
+        return
+    stopped_at = store.stop(run.runtime) if run.runtime else None
+    left = budget.flush_left(cfg.stop_grace, stopped_at) if stopped_at else notify.TIMEOUT_S
+    hours = float(store.libreyolo_status(cfg.run_dir).get("total_seconds") or 0) / 3600
+    notices.tell(run.volume, cfg.run_dir, cfg.notify_events, event, line,
+                 timeout=max(1.0, min(notify.TIMEOUT_S, left)),
+                 training_hours=hours or None)  # fmt: skip

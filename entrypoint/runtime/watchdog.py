@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from entrypoint.errors import ExitCode, TrainboxError
-from entrypoint.runtime import pricing
+from entrypoint.runtime import notices, pricing
 from entrypoint.settings.config import Config
 from entrypoint.state import cost, status, store
 from entrypoint.training import progress
@@ -159,9 +159,15 @@ def program(cfg: Config, runtime: Path) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     price = pricing.Pricing(cfg)
+    told = False  # the first finished epoch's notice (at most once per run: notices)
     while True:
         price.read(time.time())
         state = refresh(cfg)
+        training = state.get("training") or {}
+        if not told and 1 <= training.get("completed_epochs", 0) < training.get("total_epochs", 0):
+            told = True  # in a thread: a slow service never delays a limit's check
+            notices.aside(lambda: notices.tell(cfg.volume, cfg.run_dir, cfg.notify_events,
+                                               "started"))  # fmt: skip
         if error := verdict(cfg, state):
             log.error("watchdog: %s", error)
             store.write_code(runtime, "watchdog", error.code, reason=str(error))

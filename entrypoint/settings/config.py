@@ -156,6 +156,17 @@ def _repo(raw: Any) -> str:
     return text
 
 
+# What NOTIFY's URLs may hear of (entrypoint/runtime/notices.py sends them).
+EVENTS = ("started", "completed", "failed", "budget", "watchdog", "stopped", "billing")
+
+
+def _events(raw: Any) -> str:
+    names = [name.strip().lower() for name in _text(raw).split(",") if name.strip()]
+    if not names or any(name not in EVENTS for name in names):
+        raise ValueError(f"expected some of {', '.join(EVENTS)}, separated by commas")
+    return ",".join(names)
+
+
 def _license(raw: Any) -> str:
     text = _text(raw).lower()
     if text and not re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", text):
@@ -382,6 +393,14 @@ class Config:
         _formats,
         "after training, export best.pt to these LibreYOLO formats, e.g. `onnx,torchscript`, "
         "into `runs/RUN_NAME/export/` (uploaded too); a failed export leaves the exit at 0",
+    )
+    notify_events: str = setting(
+        ",".join(EVENTS),
+        _events,
+        "the events NOTIFY's URLs hear of, separated by commas: `started` (the first epoch), "
+        "`completed`, `failed`, `budget` (MAX_COST), `watchdog` (MAX_RUNTIME, STALL_TIMEOUT), "
+        "`stopped` (a stop or a preemption), `billing` (a machine that could not be stopped, "
+        "hourly)",
     )
     evaluate: str = setting(
         "auto",

@@ -30,6 +30,10 @@ OUTSIDE = (
     ("HF_TOKEN", "(empty)", "Hub token (read for a private dataset, write for `OUTPUT_REPO`); "
      "never printed, logged or written"),
     ("HF_TOKEN_FILE", "(empty)", "file holding the token instead (Docker and compose secrets)"),
+    ("NOTIFY", "(empty)", "[Apprise](https://github.com/caronc/apprise/wiki) URLs to hear of "
+     "the run at (`ntfy://TOPIC`, `slack://...`, `discord://...`, `json://HOST/PATH`, ...), "
+     "separated by spaces or commas; a secret: only ever shown redacted, never written; one "
+     "Apprise cannot parse stops the start (exit 2); `trainbox notify --test` tries them"),
     ("HF_ENDPOINT", "`https://huggingface.co`", "the Hub to talk to (a mirror, or the tests' "
      "own; one without Xet storage is found out at the first upload and LFS is used)"),
 )  # fmt: skip

@@ -3,7 +3,7 @@
 ``/workspace/trainbox/status.json`` (a few hundred bytes, kept by ``state.store``) says what
 the container is doing: ``phase`` (``preflight``, ``resuming``, ``staging``, ``training``,
 ``uploading``, ``evaluating`` (best.pt scored, after its upload), then ``completed``,
-``failed`` or ``interrupted``; ``phases`` lists each with
+``budget`` (MAX_COST), ``failed`` or ``interrupted``; ``phases`` lists each with
 the time it began), the GPU verdict, staging bytes/rate/ETA, the training epoch/ETA/metrics
 (from libreyolo's status.json), the upload state (from the uploader's ledger),
 ``progress_at`` (the last sign of progress, for the watchdog and the health check),
@@ -19,7 +19,10 @@ from typing import Any
 from entrypoint.settings.launchers import Volume
 from entrypoint.state import store
 
-ENDED = {0: "completed", 8: "interrupted", 130: "interrupted"}
+ENDED = {0: "completed", 8: "interrupted", 12: "budget", 130: "interrupted"}
+# What a new start of the same run keeps of the last status: the run's own figures, which a
+# start that ends at once (a budget reached, a completed run, a bad setting) must not lose.
+SURVIVE = ("training", "cost", "evaluation", "card", "billed")
 ACTIVE = ("preflight", "resuming", "staging", "training", "uploading", "evaluating")
 
 
@@ -28,11 +31,14 @@ def read(volume: Volume) -> dict[str, Any]:
 
 
 def record(volume: Volume, phase: str, *, fresh: bool = False, **fields: Any) -> None:
-    """Set the container's phase and fields; ``fresh`` starts a new status (a new start).
-    A new phase counts as progress."""
+    """Set the container's phase and fields; ``fresh`` starts a new status (a new start),
+    keeping the same run's figures (``SURVIVE``). A new phase counts as progress."""
 
     def change(kept: dict[str, Any]) -> dict[str, Any]:
-        now, kept, new = store.stamp(), {} if fresh else kept, dict(fields)
+        if fresh:  # a new start: of the same run, its figures stay
+            same = kept.get("run") == fields.get("run")
+            kept = {k: kept[k] for k in SURVIVE if same and k in kept}
+        now, new = store.stamp(), dict(fields)
         if kept.get("phase") != phase:
             new["phases"] = [*kept.get("phases", []), [phase, now]]  # the run's timeline
             new["progress_at"] = new.get("progress_at") or now

@@ -154,6 +154,20 @@ def write_ledger(workspace: Path, repo: str, run: str, held: dict[str, Any]) -> 
     _write(_ledger_path(workspace, repo, run), held)
 
 
+def notified(workspace: Path, run: str) -> dict[str, str]:
+    """The NOTIFY events a run has had: {event: stamp} (``runtime.notices``)."""
+    return {k: v for k, v in read_json(_notified_path(workspace, run)).items()
+            if isinstance(v, str)}  # fmt: skip
+
+
+def write_notified(workspace: Path, run: str, told: dict[str, str]) -> None:
+    _write(_notified_path(workspace, run), told)
+
+
+def _notified_path(workspace: Path, run: str) -> Path:
+    return workspace / FOLDER / f"notified-{run}.json"
+
+
 def _ledger_path(workspace: Path, repo: str, run: str) -> Path:
     return workspace / FOLDER / f"ledger-{repo.replace('/', '--')}--{run}.json"
 

@@ -1,8 +1,8 @@
-"""``trainbox status``: the container's state on one screen, for people, scripts and
+"""trainbox status: the container's state on one screen, for people, scripts and
 HEALTHCHECK.
 
-Standard library only, so it answers in milliseconds, through ``docker exec`` or from a copy
-of the volume (``python3 -m entrypoint status --workspace COPY`` from a checkout).
+Standard library only, so it answers in milliseconds, through docker exec or from a copy of
+the volume (python3 -m entrypoint status --workspace COPY, from a checkout).
 """
 
 import argparse
@@ -112,7 +112,7 @@ def human(status: dict[str, Any], now: float | None = None) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """``trainbox status``: the container's state, for people, scripts and HEALTHCHECK."""
+    """trainbox status: the container's state, for people, scripts and HEALTHCHECK."""
     parser = argparse.ArgumentParser(prog="trainbox status", description=main.__doc__)
     parser.add_argument("--json", action="store_true", help="print the status file's JSON")
     parser.add_argument(

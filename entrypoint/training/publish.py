@@ -131,12 +131,17 @@ def record_final_cost(volume: Volume, run_dir: Path) -> dict[str, Any] | None:
 def _keep(run_dir: Path, key: str, entry: dict[str, Any]) -> None:
     """One entry per container the run has had under ``key`` (a resumed run carries the
     earlier ones), this container's replaced."""
-    file = folder(run_dir) / MANIFEST
     if not (manifest := store.manifest(folder(run_dir))):
         return
     earlier = [e for e in manifest.get(key, [])
                if e.get("container_started") != entry["container_started"]]  # fmt: skip
-    write_manifest(run_dir, {**manifest, key: [*earlier, entry]})
+    _rewrite(run_dir, {**manifest, key: [*earlier, entry]})
+
+
+def _rewrite(run_dir: Path, manifest: dict[str, Any]) -> None:
+    """The manifest replaced; when published, indexed anew for the uploader to push."""
+    file = folder(run_dir) / MANIFEST
+    write_manifest(run_dir, manifest)
     index = read_index(run_dir)
     if MANIFEST in index["files"]:  # published: the uploader pushes the new one
         index["files"][MANIFEST] = sha256(file)

@@ -110,7 +110,7 @@ def _state(theirs: str, ended: str) -> str:
     is said as such (LibreYOLO records an interruption as ``failed``)."""
     if theirs == "completed" or not ended or ended == "completed":
         return theirs
-    return {"interrupted": "stopped", "failed": "failed"}.get(ended, ended)
+    return {"interrupted": "stopped", "budget": "stopped at MAX_COST"}.get(ended, ended)
 
 
 def _plots(folder: Path) -> list[str]:

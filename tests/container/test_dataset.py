@@ -1,5 +1,6 @@
 """A Hub dataset in the real container: pack, stage, doctor, train, and staging only once."""
 
+import base64
 import json
 from pathlib import Path
 
@@ -8,8 +9,9 @@ import pytest
 from entrypoint.dataset import archive, demo
 from entrypoint.errors import ExitCode
 from tests.conftest import tar_on_hub
-from tests.container.conftest import docker, in_volume, run_container
+from tests.container.conftest import TRAIN, docker, in_volume, run_container
 from tests.standins.hub import GOOD_TOKEN, Hub
+from tests.standins.webhook import Webhook
 
 pytestmark = pytest.mark.container
 
@@ -198,3 +200,24 @@ def test_a_classification_set_pushed_by_datasets_trains_a_classifier(
     assert written["images"] == len(splits["validation"])
     top1 = card_scores(image, volume)["validation"]["accuracy_top1"]
     assert top1 == written["metrics"]["metrics/accuracy_top1"]
+
+
+def test_a_dataset_repo_that_does_not_exist_is_one_message_with_no_secret(
+    image: str, volume: str, hub: Hub
+) -> None:
+    """NOTIFY hears a failure at staging once: the exit code and the repo, the same words as
+    the last line; the webhook's password is in no output, no file and no message."""
+    with Webhook("me", "s3cret-hook-pw") as hook:
+        env = {**TRAIN, "HF_ENDPOINT": hub.url, "HF_TOKEN": GOOD_TOKEN,
+               "DATASET_REPO": "org/nothing", "NOTIFY": hook.url}  # fmt: skip
+        result = run_container(image, volume, env=env)
+    logs = result.stdout + result.stderr
+    assert result.returncode == ExitCode.DATASET, logs[-3000:]
+    [message] = hook.messages
+    assert message["title"] == "trainbox: run failed (exit 3)"
+    [line] = [m for m in result.stderr.splitlines() if m.startswith("[trainbox] error:")]
+    assert message["message"] == "exit 3: " + line.removeprefix("[trainbox] error: ")
+    assert "DATASET_REPO=org/nothing" in message["message"]
+    assert hook.auth == ["Basic " + base64.b64encode(b"me:s3cret-hook-pw").decode()]
+    holding = in_volume(image, volume, "sh", "-c", "grep -rlF s3cret-hook-pw /workspace /tmp; true")
+    assert "s3cret-hook-pw" not in logs + holding + json.dumps(hook.messages)

@@ -20,6 +20,7 @@ from tests.container.conftest import (
 )  # fmt: skip
 from tests.standins.hub import Hub
 from tests.standins.provider import Provider
+from tests.standins.webhook import Webhook
 
 pytestmark = pytest.mark.container
 
@@ -56,8 +57,13 @@ def test_max_cost_stops_after_an_epoch_and_a_new_machine_stages_nothing(
     Any epoch may be that one (an epoch takes about 2 s on this CPU): the test holds the rule
     the stop line gives, not a timing."""
     shapes_on_the_hub(hub, tmp_path)
-    money = {"PRICE_PER_HOUR": "36", "MAX_COST": "0.50", "EPOCHS": "100",
-             "DATASET_REPO": "org/shapes"}  # fmt: skip
+    with Webhook() as hook:
+        money = {"PRICE_PER_HOUR": "36", "MAX_COST": "0.50", "EPOCHS": "100",
+                 "DATASET_REPO": "org/shapes", "NOTIFY": hook.url}  # fmt: skip
+        _budget_then_again(image, volume, hub, money, hook)
+
+
+def _budget_then_again(image: str, volume: str, hub: Hub, money: dict, hook: Webhook) -> None:
     first = run_container(image, volume, env=env_for(hub, **money))
     logs = first.stdout + first.stderr
     assert first.returncode == ExitCode.BUDGET, logs[-4000:]
@@ -78,6 +84,18 @@ def test_max_cost_stops_after_an_epoch_and_a_new_machine_stages_nothing(
     assert entry["usd"] == pytest.approx(entry["seconds"] * 36 / 3600, abs=0.01)
     assert entry["per_epoch"] > 0 and "cost: the run has cost $" in logs
     downloads = len(hub.downloads("shapes.tar"))
+    # Started again on the same volume, as RunPod does: it ends at once, says nothing new, and
+    # the status keeps the run's epochs and dollars under a phase that names the budget.
+    again = run_container(image, volume, env=env_for(hub, **money))
+    assert again.returncode == ExitCode.BUDGET, (again.stdout + again.stderr)[-3000:]
+    kept = json.loads(in_volume(image, volume, "cat", "/workspace/trainbox/status.json"))
+    assert kept["phase"] == "budget" and kept["training"]["completed_epochs"] == done
+    assert kept["cost"]["spent"] >= state["cost"]["spent"] > 0
+    [ended] = [line for line in first.stderr.splitlines() if "] exit 12: " in line]
+    assert ended.count("raise MAX_COST") == 1 and "start again" not in ended, ended  # once
+    assert again.stderr.strip().splitlines()[-1].count("raise MAX_COST") == 1
+    budget = [m for m in hook.messages if m["title"] == "trainbox: run stopped at MAX_COST"]
+    assert len(budget) == 1 and "MAX_COST=$0.50" in budget[0]["message"], hook.messages
 
     other = f"{volume}-other"  # a new machine, its own empty volume: it resumes from the Hub
     try:

@@ -15,6 +15,7 @@ from entrypoint.errors import ExitCode
 from tests.container.conftest import TRAIN, docker, hub_env, in_volume
 from tests.standins.hub import Hub
 from tests.standins.provider import Provider
+from tests.standins.webhook import Webhook
 
 pytestmark = pytest.mark.container
 
@@ -111,19 +112,34 @@ def start(
 def test_a_completed_run_an_early_failure_and_a_restart_each_end_in_one_stop(
     kind: str, image: str, volume: str, hub: Hub, provider: Provider, report: list[str]
 ) -> None:
+    # NOTIFY hears each end once per run, however often the machine starts the container.
+    with Webhook() as hook:
+        _each_ends_in_one_stop(kind, image, volume, hub, provider, report, hook.url)
+    titles = hook.titles()  # one epoch: no "is training" (it says a run that goes on)
+    assert titles == ["trainbox: run failed (exit 6)", "trainbox: run completed"], titles
+    failed, completed = hook.messages[0]["message"], hook.messages[1]["message"]
+    assert failed.startswith("exit 6: ") and len(failed) > 20  # the error line's words
+    state = json.loads(in_volume(image, volume, "cat", "/workspace/trainbox/status.json"))
+    assert f"${state['cost']['spent']:.2f} spent" in completed, completed  # its cost
+    assert "1/1 epochs" in completed and "validation mAP50-95" in completed
+
+
+def _each_ends_in_one_stop(kind: str, image: str, volume: str, hub: Hub, provider: Provider,
+                           report: list[str], notify: str) -> None:  # fmt: skip
     # Without ON_EXIT (today's templates before it), the baseline: an early failure on RunPod
     # loops, billed, until the test's cap; on vast.ai the instance stays up, exited.
     none, logs = start(kind, image, volume, provider, report, "exit 6, ON_EXIT=none",
-                       DEVICE="auto", ON_EXIT="none")  # fmt: skip
+                       DEVICE="auto", ON_EXIT="none", NOTIFY=notify)  # fmt: skip
     assert none.codes[0] == ExitCode.PREFLIGHT, logs[-3000:]
     assert none.starts == (MOST_STARTS if kind == "RunPod" else 1) and provider.requests == []
     # An early failure no restart mends (the GPU check): one stop, no second start.
-    failed, logs = start(kind, image, volume, provider, report, "exit 6", DEVICE="auto")
+    failed, logs = start(kind, image, volume, provider, report, "exit 6", DEVICE="auto",
+                         NOTIFY=notify)  # fmt: skip
     assert failed.codes == [ExitCode.PREFLIGHT], logs[-3000:]
     assert (failed.starts, provider.requests) == (1, [STOP[kind]]), logs[-3000:]
     # A completed run: trained, uploaded, verified, then one stop.
     provider.requests.clear()
-    upload = {**hub_env(hub), "OUTPUT_REPO": "org/weights"}
+    upload = {**hub_env(hub), "OUTPUT_REPO": "org/weights", "NOTIFY": notify}
     done, logs = start(kind, image, volume, provider, report, "completed run", **upload)
     assert done.codes == [ExitCode.OK], logs[-3000:]
     assert (done.starts, provider.requests) == (1, [STOP[kind]]), logs[-3000:]

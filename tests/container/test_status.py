@@ -78,7 +78,10 @@ def test_one_run_walks_every_phase(image: str, volume: str, hub: Hub, tmp_path: 
     final = json.loads(in_volume(image, volume, "trainbox", "status", "--json"))
     assert (final["phase"], final["exit_code"]) == ("completed", 0)
     timeline = [phase for phase, _ in final["phases"]]
-    assert timeline == ["preflight", "resuming", "staging", "training", "uploading", "completed"]
+    assert timeline == ["preflight", "resuming", "staging", "training", "uploading", "evaluating",
+                        "completed"]  # fmt: skip
+    assert final["evaluation"]["test"]["images"] == 8  # the shapes' test split, best.pt's score
+    assert final["card"] == f"{hub.url}/org/weights"
     assert [at for _, at in final["phases"]] == sorted(at for _, at in final["phases"])
     assert set(walked) <= set(timeline) and walked == [p for p in timeline if p in walked]
     assert (final["upload"]["epoch"], final["upload"]["pending"]) == (4, 0)

@@ -5,12 +5,14 @@ import hashlib
 import json
 import re
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from entrypoint.dataset import archive, demo
 from entrypoint.errors import ExitCode
+from tests.conftest import free_port
 from tests.container.conftest import OUTPUT, docker, in_volume, run_container
 from tests.standins.hub import GOOD_TOKEN, Fault, Hub
 
@@ -259,8 +261,12 @@ def test_a_torn_checkpoint_resumes_from_the_published_copy(
 
 
 def test_the_token_is_nowhere(image: str, volume: str, hub: Hub) -> None:
+    """Nor NOTIFY's password; a NOTIFY URL at a closed port is one warning line, the run's exit
+    stays 0, and it holds the end for less than NOTIFY's timeout."""
     name = f"trainbox-token-{volume[-8:]}"
-    flags = [f for k, v in env_for(hub, EPOCHS="2").items() for f in ("-e", f"{k}={v}")]
+    closed = f"json://me:n0tify-pw@127.0.0.1:{free_port()}/hook"  # nothing listens there
+    env = env_for(hub, EPOCHS="2", NOTIFY=closed)
+    flags = [f for k, v in env.items() for f in ("-e", f"{k}={v}")]
     assert (
         docker(
             "run",
@@ -283,14 +289,21 @@ def test_the_token_is_nowhere(image: str, volume: str, hub: Hub) -> None:
             rendered = docker("exec", name, "sh", "-c", "cat /tmp/trainbox-*/*.conf").stdout
             time.sleep(0.5)
         assert "[program:train]" in rendered
-        docker("wait", name)
-        log = docker("logs", name)
+        assert docker("wait", name).stdout.strip() == "0"
+        log = docker("logs", "--timestamps", name)
     finally:
         docker("rm", "-f", name)
-    holding = in_volume(image, volume, "sh", "-c", f"grep -rlF {GOOD_TOKEN} /workspace; true")
     uploaded = b"".join(data for repo in hub.repos.values() for data in repo.files.values())
-    assert holding == ""
-    for where in (rendered, log.stdout, log.stderr):
-        assert GOOD_TOKEN not in where
-    assert GOOD_TOKEN.encode() not in uploaded
+    for secret in (GOOD_TOKEN, "n0tify-pw"):
+        holding = in_volume(image, volume, "sh", "-c", f"grep -rlF {secret} /workspace; true")
+        assert holding == ""
+        for where in (rendered, log.stdout, log.stderr):
+            assert secret not in where
+        assert secret.encode() not in uploaded
+    lines = log.stderr.splitlines()
+    [card] = [line for line in lines if "the model card:" in line]
+    *_, warned = [line for line in lines if "NOTIFY: json://me:****@127.0.0.1" in line]
+    assert warned.endswith("the run goes on")  # the end's (the first epoch's may come too)
+    held = datetime.fromisoformat(warned.split()[0]) - datetime.fromisoformat(card.split()[0])
+    assert held.total_seconds() < 10  # NOTIFY's timeout
     assert hub.repos[f"models/{OUTPUT}"].files  # something was uploaded, and searched

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from entrypoint.dataset.stage import Meter
+from entrypoint.errors import ExitCode
 from entrypoint.settings.launchers import Volume
 from entrypoint.state import budget, status, store, view
 from entrypoint.training import progress, publish
@@ -214,3 +215,20 @@ def test_a_finished_start_shows_how_long_it_ran_not_the_time_since_it_began() ->
                        ["completed", "2026-01-01T00:46:00Z"]]}  # fmt: skip
     screen = view.human(done, now=T0 + 46 * 60 + 2 * 3600).splitlines()
     assert screen[0] == "run      run: completed, ran 46m00s, ended 2h00m ago"
+
+
+def test_a_new_start_of_the_same_run_keeps_its_figures(tmp_path: Path) -> None:
+    """A start that ends at once (a budget reached, as RunPod starts an exited container
+    again) must not lose the epochs and dollars of the start before; another run starts bare."""
+    volume = Volume(tmp_path)
+    figures = {"training": {"completed_epochs": 5, "total_epochs": 60},
+               "cost": {"spent": 24.71, "per_hour": 2.4}, "card": "https://hub/o/n"}  # fmt: skip
+    status.record(volume, "training", fresh=True, run="cars", **figures)
+    status.record(volume, status.ended(ExitCode.BUDGET), exit_code=12, reason="MAX_COST")
+    status.record(volume, "preflight", fresh=True, run="cars")
+    kept = status.read(volume)
+    assert {k: kept[k] for k in figures} == figures and "exit_code" not in kept
+    status.record(volume, status.ended(ExitCode.BUDGET), exit_code=12)
+    assert status.read(volume)["phase"] == "budget" and status.health(status.read(volume)) is None
+    status.record(volume, "preflight", fresh=True, run="other")
+    assert not set(figures) & set(status.read(volume))

@@ -23,7 +23,7 @@ T = TypeVar("T")
 # The provider templates, and what every one of them may hold.
 PROVIDERS = REPO / "configs" / "providers"
 IMAGE = re.compile(rf"^ghcr\.io/[A-Za-z0-9_.-]+/trainbox:{re.escape(__version__)}-cu1[0-9]{{2}}$")
-KNOWN = {key.upper() for key in config.KEYS} | {"HF_TOKEN", "HF_TOKEN_FILE"}
+KNOWN = {key.upper() for key in config.KEYS} | {"HF_TOKEN", "HF_TOKEN_FILE", "NOTIFY"}
 
 
 def pytest_configure(config: pytest.Config) -> None:

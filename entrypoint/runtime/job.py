@@ -50,15 +50,24 @@ def _steps(started: boot.Boot) -> exits.Outcome:
     return exits.outcome(runtime, stopped=started.stopped, uploading=uploading)
 
 
+CARD_S = 30  # the longest the end waits for a Hub that cannot be asked, for the card
+
+
 def _card(run: this.Run, code: int) -> str | None:
     """The model card, at every end of a run that has trained (completed, stopped, budget,
     failed), on node 0 with OUTPUT_REPO; within what is left of STOP_GRACE after a stop. Its
-    page, also in the status."""
+    page, also in the status. Not after a final upload the Hub failed: a card cannot mend it,
+    and its wait for that Hub would bill (a test's run ended 60 s later)."""
     cfg = run.settings
     if not cfg.output_repo or cfg.node_rank != 0 or not progress.run_state(cfg.run_dir):
         return None
+    if run.runtime and store.code(run.runtime, "upload") not in (None, ExitCode.OK):
+        log.warning("the model card was not written: the final upload failed")
+        return None
     stopped_at = store.stop(run.runtime) if run.runtime else None
-    wait = budget.flush_left(cfg.stop_grace, stopped_at) if stopped_at else min(cfg.hub_wait, 60)
+    wait = min(cfg.hub_wait, CARD_S)
+    if stopped_at:
+        wait = budget.flush_left(cfg.stop_grace, stopped_at)
     money = status.read(run.volume).get("cost")
     mine = card.record(cfg.run_dir, snapshot.folder(cfg.run_dir), cost=money,
                        ended=status.ended(code))  # fmt: skip

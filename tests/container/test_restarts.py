@@ -139,7 +139,7 @@ def _each_ends_in_one_stop(kind: str, image: str, volume: str, hub: Hub, provide
     assert (failed.starts, provider.requests) == (1, [STOP[kind]]), logs[-3000:]
     # A completed run: trained, uploaded, verified, then one stop.
     provider.requests.clear()
-    upload = {**hub_env(hub), "OUTPUT_REPO": "org/weights", "NOTIFY": notify}
+    upload = {**hub_env(hub), "OUTPUT_REPO": "org/weights", "NOTIFY": notify, "EVALUATE": "auto"}
     done, logs = start(kind, image, volume, provider, report, "completed run", **upload)
     assert done.codes == [ExitCode.OK], logs[-3000:]
     assert (done.starts, provider.requests) == (1, [STOP[kind]]), logs[-3000:]

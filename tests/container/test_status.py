@@ -32,7 +32,7 @@ def test_one_run_walks_every_phase(image: str, volume: str, hub: Hub, tmp_path: 
     hub.upload_rate = 5e6
     port = free_port()
     env = {**TRAIN, **hub_env(hub), "DATASET_REPO": "org/shapes", "OUTPUT_REPO": "org/weights",
-           "EPOCHS": "4", "MONITOR_PORT": str(port)}  # fmt: skip
+           "EPOCHS": "4", "MONITOR_PORT": str(port), "EVALUATE": "auto"}  # fmt: skip
     box = Container(image, volume, env)
     snapshots, healths, screen, runs = [], [], "", None
     try:

@@ -141,7 +141,7 @@ def test_profile_steps_records_a_verdict_on_the_cpu(tmp_path: Path) -> None:
     lands in the status file and on the `trainbox status` screen."""
     env = {"WORKSPACE": str(tmp_path), "DEVICE": "cpu", "EPOCHS": "1", "PROFILE_STEPS": "2",
            "MONITOR": "false", "DATA": "", "DATASET_REPO": "", "OUTPUT_REPO": "",
-           "TRAINBOX_CONFIG": ""}  # fmt: skip
+           "TRAINBOX_CONFIG": "", "EVALUATE": "none"}  # fmt: skip
     result = trainbox("run", env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     found = status.read(Volume(tmp_path))["profile"]

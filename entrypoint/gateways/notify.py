@@ -91,9 +91,9 @@ def send(title: str, body: str, environ: Mapping[str, str] = os.environ,
         thread.join(max(0.0, deadline - time.monotonic()))
     result = {}
     for url in targets:
-        ok = answered.get(url)
-        result[shown(url)] = bool(ok)
+        ok, label = answered.get(url), shown(url)
+        result[label] = bool(ok)
         if not ok:
             why = "no answer in time" if ok is None else "it did not take the message"
-            log.warning("NOTIFY: %s: %s; the run goes on", shown(url), why)
+            log.warning("NOTIFY: %s: %s; the run goes on", label, why)
     return result

@@ -246,7 +246,7 @@ def evaluating(boot: Boot) -> None:
         log.warning("evaluation stopped: the run's outcome stands; a restart does not evaluate")
         return
     if found := evaluation.read(cfg.run_dir):
-        status.note(cfg.volume, evaluation={  # the headline's order: mAP50-95 or top-1 first
+        status.note(cfg.volume, evaluation={
             split: {"images": each["images"], **{k: each["metrics"][k]
                                                  for k in evaluation.HEADLINE
                                                  if k in each["metrics"]}}

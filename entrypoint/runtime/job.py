@@ -15,10 +15,10 @@ from entrypoint.errors import MEANINGS, ExitCode, TrainboxError
 from entrypoint.gateways import notify
 from entrypoint.runtime import boot, ending, exits, notices, pricing
 from entrypoint.settings.config import Config
-from entrypoint.state import budget, snapshot, status, store
+from entrypoint.state import budget, status, store
 from entrypoint.state import run as this
 from entrypoint.training import progress
-from entrypoint.upload import card, results
+from entrypoint.upload import results
 
 log = logging.getLogger("trainbox")
 
@@ -64,20 +64,15 @@ def _card(run: this.Run, code: int) -> str | None:
     if run.runtime and store.code(run.runtime, "upload") not in (None, ExitCode.OK):
         log.warning("the model card was not written: the final upload failed")
         return None
-    stopped_at = store.stop(run.runtime) if run.runtime else None
-    wait = min(cfg.hub_wait, CARD_S)
-    if stopped_at:
-        wait = budget.flush_left(cfg.stop_grace, stopped_at)
-    money = status.read(run.volume).get("cost")
-    mine = card.record(cfg.run_dir, snapshot.folder(cfg.run_dir), cost=money,
-                       ended=status.ended(code))  # fmt: skip
+    wait = _left(run, min(cfg.hub_wait, CARD_S))
     if wait < 1:
         log.warning("the model card was not written: no time left of STOP_GRACE")
         return None
     pushed: list[str | None] = []
     # In a thread joined for ``wait`` at most: a request to a hung Hub never holds the exit.
-    pushing = threading.Thread(target=lambda: pushed.append(
-        results.push_card(cfg.output_repo, [mine], wait=wait)), daemon=True)  # fmt: skip
+    pushing = threading.Thread(target=lambda: pushed.append(results.push_run_card(
+        cfg.output_repo, cfg.run_dir, run.volume, wait=wait, ended=status.ended(code))),
+        daemon=True)  # fmt: skip
     pushing.start()
     pushing.join(wait)
     if not pushed:
@@ -130,9 +125,14 @@ def _tell(run: this.Run, code: int, line: str, *, already: bool) -> None:
     event = EVENTS.get(code) or ("failed" if ending.for_good(code, cfg.workspace) else None)
     if event is None or (event == "completed" and already):
         return
-    stopped_at = store.stop(run.runtime) if run.runtime else None
-    left = budget.flush_left(cfg.stop_grace, stopped_at) if stopped_at else notify.TIMEOUT_S
     hours = float(store.libreyolo_status(cfg.run_dir).get("total_seconds") or 0) / 3600
     notices.tell(run.volume, cfg.run_dir, cfg.notify_events, event, line,
-                 timeout=max(1.0, min(notify.TIMEOUT_S, left)),
+                 timeout=max(1.0, min(notify.TIMEOUT_S, _left(run, notify.TIMEOUT_S))),
                  training_hours=hours or None)  # fmt: skip
+
+
+def _left(run: this.Run, otherwise: float) -> float:
+    """Seconds the end may still spend: what is left of STOP_GRACE after a stop signal, else
+    ``otherwise``."""
+    stopped_at = store.stop(run.runtime) if run.runtime else None
+    return budget.flush_left(run.settings.stop_grace, stopped_at) if stopped_at else otherwise

@@ -23,6 +23,7 @@ from typing import Any
 from entrypoint.gateways import notify
 from entrypoint.settings.launchers import Volume
 from entrypoint.state import store
+from entrypoint.training import evaluation
 
 log = logging.getLogger("trainbox")
 
@@ -45,7 +46,7 @@ def _scores(state: dict[str, Any]) -> str:
     parts = []
     for split, label in (("test", "test"), ("val", "validation")):
         if scores := found.get(split):
-            first = next((k for k in scores if k != "images"), None)
+            first = next((k for k in evaluation.HEADLINE if k in scores), None)
             if first:
                 parts.append(f"{label} {first.removeprefix('metrics/')} {scores[first]:.4f} "
                              f"on {scores.get('images', '?')} images")  # fmt: skip

@@ -31,9 +31,13 @@ log = logging.getLogger("trainbox")
 FOLDER = "evaluation"
 CURVES = "curves.png"
 SPLITS = {"auto": ("test", "val"), "val": ("val",), "none": ()}
-# The scores a log line and the card lead with, of those the task reports.
-HEADLINE = ("metrics/mAP50-95", "metrics/mAP50", "metrics/precision", "metrics/recall",
-            "metrics/accuracy_top1", "metrics/accuracy_top5")  # fmt: skip
+# The scores the log line, the status, the card and the messages report per task (LibreYOLO's
+# own keys), the one they lead with first.
+DETECTION = ("metrics/mAP50-95", "metrics/mAP50", "metrics/precision", "metrics/recall")
+CLASSIFICATION = ("metrics/accuracy_top1", "metrics/accuracy_top5", "metrics/precision",
+                  "metrics/recall")  # fmt: skip
+# Either task's, each task's lead first: the first one a result holds is its lead.
+HEADLINE = tuple(dict.fromkeys((DETECTION[0], CLASSIFICATION[0], *DETECTION, *CLASSIFICATION)))
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 
 
@@ -47,6 +51,10 @@ class Plan:
     device: str  # "cpu", or LibreYOLO's device for the first GPU
     dataset: dict[str, Any]  # the run's manifest's dataset identity (repo, revision, commit)
     choice: str  # EVALUATE: auto, val or none
+
+
+def headline(task: str) -> tuple[str, ...]:
+    return CLASSIFICATION if task == "classify" else DETECTION
 
 
 def checkpoint(run_dir: Path) -> Path:

@@ -25,10 +25,6 @@ BEGIN, END = "<!-- trainbox:begin -->", "<!-- trainbox:end -->"
 RECORDS = re.compile(r"<!-- trainbox:runs (.*?) -->", re.S)
 # LibreYOLO's task -> pipeline_tag (libreyolo/utils/hf_hub.py, _PIPELINE_TAGS), read there.
 SPLIT_NAMES = {"test": "test", "val": "validation"}
-# What the model-index and the tables report per task: LibreYOLO's own keys.
-DETECTION = ("metrics/mAP50-95", "metrics/mAP50", "metrics/precision", "metrics/recall")
-CLASSIFICATION = ("metrics/accuracy_top1", "metrics/accuracy_top5", "metrics/precision",
-                  "metrics/recall")  # fmt: skip
 HARDWARE = ("gpus", "driver", "cuda", "torch", "libreyolo", "trainbox")
 HIDDEN_SETTINGS = {"workspace", "train", "ssh_public_key", "node_rank", "master_addr", "image",
                    "model_license"}  # fmt: skip
@@ -38,10 +34,6 @@ def pipeline_tag(task: str) -> str | None:
     from libreyolo.utils.hf_hub import _PIPELINE_TAGS
 
     return _PIPELINE_TAGS.get(task)
-
-
-def headline(task: str) -> tuple[str, ...]:
-    return CLASSIFICATION if task == "classify" else DETECTION
 
 
 def _classes(data: str | None) -> list[str]:
@@ -71,7 +63,7 @@ def record(run_dir: Path, published: Path, *, cost: dict[str, Any] | None = None
     trained = store.libreyolo_train_config(run_dir)
     chosen = manifest.get("settings", {})
     task = theirs.get("task", "detect")
-    kept = (*headline(task), "metrics/best_conf")  # the card's; the files keep every metric
+    kept = (*evaluation.headline(task), "metrics/best_conf")  # the files keep every metric
     scores = {split: {"images": found["images"], "checkpoint_sha256": found["checkpoint_sha256"],
                       "metrics": {k: v for k, v in found["metrics"].items() if k in kept}}
               for split, found in evaluation.read(run_dir).items()}  # fmt: skip
@@ -250,7 +242,7 @@ def _model_index(run: dict) -> list[dict]:
                    metric_name=f"{SPLIT_NAMES[split]} {key.removeprefix('metrics/')}",
                    metric_value=score["metrics"][key])
         for split, score in sorted(run["scores"].items())
-        for key in headline(run["task"]) if key in score["metrics"]
+        for key in evaluation.headline(run["task"]) if key in score["metrics"]
     ]  # fmt: skip
     return eval_results_to_model_index(run["name"], results) if results else []
 
@@ -315,7 +307,7 @@ def _fmt(value: Any) -> str:
 
 
 def _scores(run: dict) -> str:
-    keys, scores = headline(run["task"]), run["scores"]
+    keys, scores = evaluation.headline(run["task"]), run["scores"]
     if not scores:
         return ("## Scores\n\nNo evaluation of `best.pt` yet (it comes once training has "
                 "completed; `EVALUATE=none` skips it).")  # fmt: skip
@@ -399,7 +391,7 @@ def _runs(runs: list[dict]) -> str:
     rows = ["## Runs in this repo", "", "| Run | Model | Dataset | Epochs | Test | Validation "
             "| Cost | Date | State |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for run in reversed(runs):
-        first = headline(run["task"])[0]
+        first = evaluation.headline(run["task"])[0]
         test, val = (run["scores"].get(s, {}).get("metrics", {}).get(first)
                      for s in ("test", "val"))  # fmt: skip
         cost = f"${run['cost']['usd']:.2f}" if run.get("cost") else "-"

@@ -12,6 +12,8 @@ from typing import Any
 
 from entrypoint.errors import TrainboxError
 from entrypoint.gateways import hub
+from entrypoint.settings.launchers import Volume
+from entrypoint.state import snapshot, status
 from entrypoint.training import evaluation
 from entrypoint.upload import card
 
@@ -40,6 +42,14 @@ def push_evaluation(output_repo: str, run_dir: Path, *, wait: float) -> bool:
         return False
     log.info("uploaded the evaluation: %s/%s/%s", output_repo, run_dir.name, evaluation.FOLDER)
     return True
+
+
+def push_run_card(output_repo: str, run_dir: Path, volume: Volume, *, wait: float,
+                  ended: str = "") -> str | None:  # fmt: skip
+    """``push_card`` with this run's record, its cost as the status has it."""
+    mine = card.record(run_dir, snapshot.folder(run_dir),
+                       cost=status.read(volume).get("cost"), ended=ended)  # fmt: skip
+    return push_card(output_repo, [mine], wait=wait)
 
 
 def push_card(output_repo: str, runs: list[dict[str, Any]], *, wait: float) -> str | None:

@@ -37,7 +37,7 @@ from entrypoint.state.snapshot import INDEX, MANIFEST, read_index
 from entrypoint.state.snapshot import folder as published
 from entrypoint.training import resume
 from entrypoint.training.publish import record_billing, record_final_cost, write_manifest
-from entrypoint.upload import card, results
+from entrypoint.upload import results
 
 log = logging.getLogger("trainbox")
 
@@ -127,11 +127,8 @@ class Uploader:
         if not self.card_due or self._room() > 0:
             return
         self.card_due = False
-        run_dir = self.cfg.run_dir
-        mine = card.record(
-            run_dir, published(run_dir), cost=status.read(self.cfg.volume).get("cost")
-        )
-        if results.push_card(self.cfg.output_repo, [mine], wait=self.cfg.upload_interval):
+        if results.push_run_card(self.cfg.output_repo, self.cfg.run_dir, self.cfg.volume,
+                                 wait=self.cfg.upload_interval):  # fmt: skip
             self.commits.append(time.monotonic())
             self.seen = None  # the card's commit moved the branch: look again before the next
 

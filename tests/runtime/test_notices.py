@@ -50,6 +50,11 @@ def test_every_events_words_come_from_the_status() -> None:
     assert notices.text("billing", state, "ON_EXIT=stop failed") == (
         "trainbox: cars: the machine still bills", "ON_EXIT=stop failed")  # fmt: skip
     assert notices.text("completed", {"run": "x"})[1].startswith("no score")
+    classifier = {"evaluation": {"val": {"images": 6, "metrics/precision": 0.5,
+                                         "metrics/accuracy_top1": 0.75}}}  # fmt: skip
+    assert notices.text("completed", classifier)[1].startswith(
+        "validation accuracy_top1 0.7500 on 6 images"
+    )  # its lead, whatever the status's order
 
 
 def test_once_per_run_across_restarts_and_only_what_notify_events_asks(

@@ -17,8 +17,9 @@ TORCH_STACK = ["torch", "torchvision"]
 # for export_check and INT8 export, onnxsim).
 EXTRAS = ["rfdetr", "lora", "onnx", "plots"]
 # pyarrow: datasets published as parquet are converted on the rented machine. apprise: NOTIFY.
+# nvidia-ml-py: the watchdog's GPU busy share (58 KB, pure Python; the driver brings libnvidia-ml).
 ROOTS = [f"libreyolo[{','.join(EXTRAS)}]", "huggingface_hub", "hf_xet", "supervisor", "pyyaml",
-         "onnx", "pyarrow", "apprise"]  # fmt: skip
+         "onnx", "pyarrow", "apprise", "nvidia-ml-py"]  # fmt: skip
 
 
 def _key(name: str) -> str:

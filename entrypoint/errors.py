@@ -19,6 +19,7 @@ class ExitCode(IntEnum):
     NODE_LOST = 10
     VOLUME_IN_USE = 11
     BUDGET = 12
+    OUT_OF_MEMORY = 13
     INTERRUPTED = 130
 
 
@@ -120,6 +121,18 @@ MEANINGS: dict[ExitCode, tuple[str, str]] = {
             "had already spent it, and nothing was staged or trained"
         ),
         "raise `MAX_COST` (or set `0`) and start again; it resumes",
+    ),
+    ExitCode.OUT_OF_MEMORY: (
+        (
+            "out of memory: the kernel killed a training process (the trainer, a dataloader "
+            "worker, the preflight or the evaluation) at the container's memory limit; after "
+            "dataloader workers, training first resumed with `WORKERS` halved, twice at most; "
+            "the last finished epoch was uploaded (with `OUTPUT_REPO`)"
+        ),
+        (
+            "the line gives the limit and the peak: fewer `WORKERS`, a smaller `BATCH` or "
+            "`IMGSZ`, or a machine with more memory; it resumes"
+        ),
     ),
     ExitCode.INTERRUPTED: (
         "stopped by SIGTERM or SIGINT (`docker stop`)",

@@ -1,7 +1,8 @@
 """Preflight, the first step of a run: prove this machine can train before anything slow.
 
 The GPU check (``gpu``), then what PyTorch's dataloaders and the run need from the
-container: shared memory for the workers, CPUs, and a writable volume with free space.
+container: shared memory for the workers, the CPUs it may use (``limits``: its affinity mask
+or its CPU quota, the smaller), its memory limit, and a writable volume with free space.
 The verdict is logged and written to ``/workspace/trainbox/preflight.json``.
 """
 
@@ -14,13 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from entrypoint.errors import ExitCode, TrainboxError
-from entrypoint.preflight import gpu
+from entrypoint.preflight import gpu, limits
 from entrypoint.settings.config import Config
 from entrypoint.state import store
 
 log = logging.getLogger("trainbox")
 
 MIN_SHM = 1 << 30
+MAX_WORKERS = 8  # WORKERS=auto's ceiling per training process
 SHM_FIX = "run with --shm-size 16g (compose: shm_size) or --ipc host"
 
 
@@ -30,10 +32,14 @@ class System:
     cpus: int
     free: int
     unwritable: str | None = None
+    cpus_from: str = "affinity mask"  # where ``cpus`` came from
+    memory_limit: int | None = None  # the container's, in bytes (None: none)
+    memory_available: int | None = None  # the host's
 
 
-def system(workspace: Path) -> System:
-    """Shared memory, CPUs, and the volume's free space and writability, read off the machine."""
+def system(workspace: Path, group: limits.Cgroup | None = None) -> System:
+    """Shared memory, CPUs, memory, and the volume's free space and writability, read off the
+    machine."""
     try:
         stat = os.statvfs("/dev/shm")
         shm = stat.f_frsize * stat.f_blocks
@@ -47,25 +53,47 @@ def system(workspace: Path) -> System:
     except OSError as err:
         unwritable = err.strerror or str(err)
     free = shutil.disk_usage(workspace).free if workspace.is_dir() else 0
-    return System(shm, len(os.sched_getaffinity(0)), free, unwritable)
+    group = group or limits.Cgroup()
+    cpus, cpus_from = limits.cpus(group)
+    return System(shm, cpus, free, unwritable, cpus_from, limits.memory_limit(group),
+                  limits.available())  # fmt: skip
 
 
-def fit_workers(cfg: Config, facts: System) -> tuple[int, list[str]]:
+def processes(nproc_per_node: int, device: str, gpus: int) -> int:
+    """Training processes on this machine: NPROC_PER_NODE, else one per visible GPU."""
+    return nproc_per_node or max(1, gpus if device != "cpu" else 1)
+
+
+def fit_cpus(asked: int | str, cpus: int, procs: int) -> tuple[int, str | None]:
+    """Dataloader workers per training process for ``cpus`` CPUs shared by ``procs``:
+    ``auto``, their share (at most MAX_WORKERS); a number above it, lowered to it, with a note."""
+    share = max(1, cpus // procs)
+    if asked == "auto":
+        return min(MAX_WORKERS, share), None
+    assert isinstance(asked, int)
+    if asked <= share:
+        return asked, None
+    each = f", {share} for each of {procs} training processes" if procs > 1 else ""
+    return share, (f"WORKERS={asked} lowered to {share}: the container may use {cpus} CPU"
+                   f"{'s' if cpus > 1 else ''}{each}")  # fmt: skip
+
+
+def fit_workers(asked: int | str, shm_policy: str, procs: int,
+                facts: System) -> tuple[int, list[str]]:  # fmt: skip
     """The dataloader workers this container can run, and the notes that explain a change."""
-    notes = []
-    if cfg.workers > facts.cpus:
-        notes.append(f"WORKERS={cfg.workers} is more than the {facts.cpus} CPUs: they will contend")
-    if cfg.workers == 0 or facts.shm >= MIN_SHM:
-        return cfg.workers, notes
+    workers, lowered = fit_cpus(asked, facts.cpus, procs)
+    notes = [lowered] if lowered else []
+    if workers == 0 or facts.shm >= MIN_SHM:
+        return workers, notes
     size = f"{facts.shm / 2**20:.0f} MB"
-    if cfg.shm_policy == "stop":
+    if shm_policy == "stop":
         raise TrainboxError(
-            f"/dev/shm is {size}, too small for WORKERS={cfg.workers} dataloader workers: "
+            f"/dev/shm is {size}, too small for WORKERS={workers} dataloader workers: "
             f"{SHM_FIX}, or set WORKERS=0",
             ExitCode.PREFLIGHT,
         )
     notes.append(
-        f"/dev/shm is {size}: WORKERS lowered from {cfg.workers} to 0 "
+        f"/dev/shm is {size}: WORKERS lowered from {workers} to 0 "
         f"(SHM_POLICY=lower); {SHM_FIX} to load data faster"
     )
     return 0, notes
@@ -78,7 +106,6 @@ def check(cfg: Config, probe: gpu.Probe, facts: System) -> dict:
             f"{cfg.workspace} is not writable ({facts.unwritable}): mount a writable volume there",
             ExitCode.PREFLIGHT,
         )
-    effective, notes = fit_workers(cfg, facts)
     verdict = gpu.check(cfg.device, probe)
     cards = len(verdict.gpus)
     if cfg.device != "cpu" and cfg.nproc_per_node > cards:
@@ -90,6 +117,8 @@ def check(cfg: Config, probe: gpu.Probe, facts: System) -> dict:
             f"NPROC_PER_NODE=0 (one per GPU) or at most {cards}",
             ExitCode.PREFLIGHT,
         )
+    procs = processes(cfg.nproc_per_node, cfg.device, cards)
+    effective, notes = fit_workers(cfg.workers, cfg.shm_policy, procs, facts)
     return {
         **verdict.as_dict(),
         "notes": verdict.notes + notes,
@@ -97,6 +126,9 @@ def check(cfg: Config, probe: gpu.Probe, facts: System) -> dict:
         "workers": effective,
         "shm_bytes": facts.shm,
         "cpus": facts.cpus,
+        "cpus_from": facts.cpus_from,
+        "memory_limit_bytes": facts.memory_limit,
+        "memory_available_bytes": facts.memory_available,
         "workspace_free_bytes": facts.free,
     }
 
@@ -104,6 +136,7 @@ def check(cfg: Config, probe: gpu.Probe, facts: System) -> dict:
 def run(cfg: Config, probe: gpu.Probe | None = None) -> dict:
     """Check this machine, log the verdict and write it to the volume, pass or fail."""
     started = time.monotonic()
+    limits.expendable()  # torch and a CUDA context: the kernel takes this before the job
     facts = system(cfg.workspace)
     try:
         probe = probe or gpu.TorchProbe(cpu_only=cfg.device == "cpu")
@@ -141,15 +174,25 @@ def _log(result: dict) -> None:
             card["kernel_seconds"] * 1000,
         )
     log.info(
-        "preflight: /dev/shm %.0f MB, %d CPUs, %.1f GB free on the volume, workers %d",
+        "preflight: /dev/shm %.0f MB, CPUs %d (%s), memory %s, %.1f GB free on the volume, "
+        "workers %d",
         result["shm_bytes"] / 2**20,
         result["cpus"],
+        result["cpus_from"],
+        memory(result),
         result["workspace_free_bytes"] / 1e9,
         result["workers"],
     )
     for note in result["notes"]:
         log.warning("note: %s", note)
     log.info("preflight passed in %.1f s", result["seconds"])
+
+
+def memory(result: dict) -> str:
+    """The memory figures in words: the container's limit, the host's available memory."""
+    limit, free = result.get("memory_limit_bytes"), result.get("memory_available_bytes")
+    said = f"limit {limit / 1e9:.2f} GB" if limit else "no limit"
+    return said + (f" ({free / 1e9:.1f} GB available on the host)" if free else "")
 
 
 def summary(result: dict) -> str:
@@ -164,8 +207,9 @@ def read(workspace: Path) -> dict:
     return store.verdict(workspace)
 
 
-def workers(workspace: Path, asked: int) -> int:
+def workers(workspace: Path, asked: int | str) -> int:
     """The dataloader workers to train with: the preflight's (it may have lowered WORKERS),
-    else ``asked``, WORKERS (``trainbox train`` run by hand, without a preflight)."""
+    else ``asked``, WORKERS, fitted to the CPUs (``trainbox train`` run by hand, without a
+    preflight)."""
     found = read(workspace).get("workers")
-    return found if isinstance(found, int) else asked
+    return found if isinstance(found, int) else fit_cpus(asked, limits.cpus()[0], 1)[0]

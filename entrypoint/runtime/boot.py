@@ -26,7 +26,7 @@ from entrypoint.dataset import stage as dataset
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.gateways import hub, provider
 from entrypoint.preflight import check as preflight
-from entrypoint.runtime import pricing, processes, ssh, supervise, watchdog
+from entrypoint.runtime import memory, pricing, processes, ssh, supervise, watchdog
 from entrypoint.settings import options
 from entrypoint.state import budget, snapshot, status, store
 from entrypoint.state.run import Prepared, Run
@@ -126,7 +126,11 @@ def completed(boot: Boot) -> None:
 def check(boot: Boot) -> None:
     """The preflight, in its own process; its verdict in the status."""
     cfg = boot.run.settings
+    seen = memory.watch()
     if code := processes.preflight(boot.run):
+        if seen.killed(code):
+            status.note(cfg.volume, memory=memory.figures())
+            raise memory.error("the preflight's process", None)
         if reason := preflight.read(cfg.workspace).get("error"):
             status.record(cfg.volume, "failed", reason=reason)
         raise Finished(code)
@@ -216,17 +220,48 @@ def provenance(boot: Boot) -> None:
 
 
 def supervision(boot: Boot) -> None:
-    """Training: the run, prepared once for its programs, and supervisord running them (train,
-    the uploader, the dashboard) until training ends, the watchdog fires or a stop comes."""
+    """Training: the run, prepared for its programs, and supervisord running them (train,
+    the uploader, the dashboard) until training ends, the watchdog fires or a stop comes.
+    When the kernel killed dataloader workers for memory, training resumes with half of them,
+    ``memory.MENDS`` times at most; any other out-of-memory kill ends it (exit 13)."""
     run, verdict = boot.run, boot.verdict
-    assert boot.supervisor is not None, "the lock step starts supervisord"
-    boot.run = run.with_prepared(Prepared(gpus=len(verdict["gpus"]), workers=verdict["workers"],
-                                          data_yaml=dataset.data_yaml(run.settings)))  # fmt: skip
+    assert boot.supervisor is not None and run.runtime, "the lock step starts supervisord"
     status.record(run.volume, "training")
     command = distributed.command(run.settings, len(verdict["gpus"]))
-    boot.stopped = supervise.train(boot.supervisor, run.settings, command)
+    workers = verdict["workers"]
+    for mend in range(memory.MENDS + 1):
+        prepared = Prepared(gpus=len(verdict["gpus"]), workers=workers,
+                            data_yaml=dataset.data_yaml(run.settings))  # fmt: skip
+        boot.run = run.with_prepared(prepared)
+        seen = memory.watch()
+        boot.stopped = supervise.train(boot.supervisor, run.settings, command)
+        ended = store.code(run.runtime, "train")
+        if boot.stopped or ended in (None, ExitCode.OK) or not seen.killed():
+            break
+        worker = memory.worker_died(store.reason(run.runtime, "rank"))
+        if not (worker and workers and mend < memory.MENDS):
+            who = "a dataloader worker" if worker else "the trainer"
+            store.write_code(run.runtime, "train", ExitCode.OUT_OF_MEMORY,
+                             str(memory.error(who, workers)))  # fmt: skip
+            status.note(run.volume, memory=memory.figures())  # the kill counted
+            break
+        workers = _mended(boot, workers, mend + 1)
     if report := store.export_report(run.settings.workspace):  # the train program's own file
         status.note(run.volume, export=report)
+
+
+def _mended(boot: Boot, workers: int, mend: int) -> int:
+    """After the kernel killed dataloader workers: half as many, and training resumes."""
+    fewer, volume = workers // 2, boot.run.volume
+    epochs = (status.read(volume).get("training") or {}).get("completed_epochs", 0)
+    log.warning("out of memory: the kernel killed a dataloader worker (%s); resuming from epoch "
+                "%d with WORKERS %d -> %d (mend %d of %d)", memory.said(), epochs, workers,
+                fewer, mend, memory.MENDS)  # fmt: skip
+    mended = [*status.read(volume).get("mended", []),
+              {"epoch": epochs, "workers": [workers, fewer], "at": store.stamp()}]  # fmt: skip
+    status.note(volume, mended=mended, memory=memory.figures())
+    store.clear_codes(boot.run.runtime, "train", "rank")  # the next attempt's own, if any
+    return fewer
 
 
 def evaluating(boot: Boot) -> None:

@@ -8,8 +8,9 @@ good asks the provider to stop the machine (ON_EXIT, default ``auto``: stop ther
 failures included, and waits for the platform to stop it instead of exiting into a restart.
 
 Which ends are for good (``final``): a completed run, a time limit, a budget reached; a failure
-no restart can mend (settings, the dataset, the disk, the GPU check); any other failure once it
-repeats (the same code as the start before, or the third failed start in a row). On vast.ai
+no restart can mend (settings, the dataset, the disk, the GPU check, the memory limit); any
+other failure once it repeats (the same code as the start before, or the third failed start in
+a row). On vast.ai
 every end is: nothing starts the container again by itself. A stop signal is never acted on:
 whoever sent it is stopping the machine. At most stop after a failure, never
 destroy; and where the run has published weights and an OUTPUT_REPO, only once the Hub holds
@@ -40,7 +41,7 @@ log = logging.getLogger("trainbox")
 
 # Ends no restart can change: the run is over, or the same start would fail the same way.
 FINAL = {ExitCode.OK, ExitCode.CONFIG, ExitCode.DATASET, ExitCode.DISK, ExitCode.PREFLIGHT,
-         ExitCode.TIME_LIMIT, ExitCode.BUDGET}  # fmt: skip
+         ExitCode.TIME_LIMIT, ExitCode.BUDGET, ExitCode.OUT_OF_MEMORY}  # fmt: skip
 FAILED_STARTS = 3  # failed starts in a row, whatever their codes, that end the loop
 KEPT = 50  # starts kept in the history
 REPEAT_S = 600.0  # while a start waits to be stopped, its line again in the log this often

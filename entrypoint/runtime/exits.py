@@ -75,13 +75,14 @@ def decide(happened: Outcome) -> int:
 
 def reason(runtime: Path | None, volume: Volume, code: int, happened: Outcome) -> str:
     """Why the job ended with ``code`` (nothing for 0 and 130): the line of what decided it
-    (the watchdog, the final upload, a training rank, a step's error), else the one the status
+    (the watchdog, the final upload, the job's verdict on train, a training rank, a step's
+    error), else the one the status
     holds (the preflight's), else the code's meaning (docs/exit-codes.md)."""
     if happened.error is not None and happened.error.code == code:
         return str(happened.error)
     if code in (ExitCode.OK, ExitCode.INTERRUPTED):
         return ""
-    for who in ("watchdog", "upload", "rank"):
+    for who in ("watchdog", "upload", "train", "rank"):
         if runtime and store.code(runtime, who) == code and (line := store.reason(runtime, who)):
             return line
     recorded = store.status(volume).get("reason")

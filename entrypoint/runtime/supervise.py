@@ -11,6 +11,7 @@ interruption), the dashboard, the uploader (its final flush), the watchdog, sshd
 a share of STOP_GRACE (``state.budget``), and supervisord kills what outlives its share.
 """
 
+import contextlib
 import http.client
 import logging
 import shlex
@@ -200,6 +201,8 @@ def train(supervisor: Supervisor, cfg: Config, train_command: str | None = None)
     (runtime / "train.conf").write_text(render_train(command, cfg))
     try:
         supervisor.rpc.reloadConfig()
+        with contextlib.suppress(xmlrpc.client.Fault):  # BAD_NAME: none yet
+            supervisor.rpc.removeProcessGroup(TRAIN)  # training again: it ended (``boot``)
         supervisor.rpc.addProcessGroup(TRAIN)
     except GONE:
         log.error("supervisord is gone: training cannot start")

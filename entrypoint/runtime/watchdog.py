@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from entrypoint.errors import ExitCode, TrainboxError
-from entrypoint.runtime import notices, pricing
+from entrypoint.preflight import limits
+from entrypoint.runtime import memory, notices, pricing, utilisation
 from entrypoint.settings.config import Config
 from entrypoint.state import cost, status, store
 from entrypoint.training import progress
@@ -147,8 +148,37 @@ def refresh(cfg: Config) -> dict[str, Any]:
             found, cost.price_now(cfg.volume)))  # fmt: skip
     if money := pricing.figures(cfg, {**state, **fields}):
         fields["cost"] = money
+    if found := memory.figures():
+        fields["memory"] = found
     status.note(cfg.volume, **fields)
     return status.read(cfg.volume)
+
+
+class Use:
+    """The GPUs' busy share per epoch (``utilisation``), in the status's ``gpu_use``; the first
+    epoch whose GPUs waited, said once with its dollars. Nothing without NVML."""
+
+    def __init__(self, cfg: Config, runtime: Path, nvml: Any = None) -> None:
+        self.volume, self.runtime = cfg.volume, runtime
+        self.sampler = utilisation.Sampler.open(nvml)  # ``nvml``: pynvml, unless a stand-in
+        self.group = limits.Cgroup()
+        self.epochs = utilisation.Epochs(limits.cpus(self.group)[0])
+        self.said = False
+
+    def check(self, done: int) -> None:
+        if self.sampler is None:
+            return
+        record = self.epochs.add(done, self.sampler.sample(), time.monotonic(),
+                                 limits.cpu_seconds(self.group))  # fmt: skip
+        if record is None:
+            return
+        kept = status.read(self.volume).get("gpu_use") or []
+        status.note(self.volume, gpu_use=[*kept, record][-utilisation.KEPT :])
+        workers = int(store.prepared(self.runtime).get("workers", 0))
+        line = utilisation.waiting(record, cost.price_now(self.volume), workers)
+        if line and not self.said:
+            self.said = True
+            log.warning("%s", line)
 
 
 def program(cfg: Config, runtime: Path) -> int:
@@ -160,10 +190,13 @@ def program(cfg: Config, runtime: Path) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     price = pricing.Pricing(cfg)
     told = False  # the first finished epoch's notice (at most once per run: notices)
+    gpus = Use(cfg, runtime)
     while True:
         price.read(time.time())
         state = refresh(cfg)
         training = state.get("training") or {}
+        if state.get("phase") == "training":
+            gpus.check(training.get("completed_epochs", 0))
         if not told and 1 <= training.get("completed_epochs", 0) < training.get("total_epochs", 0):
             told = True  # in a thread: a slow service never delays a limit's check
             notices.aside(lambda: notices.tell(cfg.volume, cfg.run_dir, cfg.notify_events,

@@ -46,6 +46,15 @@ def _int_at_least(low: int, *, also: int | None = None) -> Parser:
     return parse
 
 
+def _workers(raw: Any) -> int | str:
+    if str(raw).strip().lower() == "auto":
+        return "auto"
+    try:
+        return _int_at_least(0)(raw)
+    except ValueError:
+        raise ValueError("expected auto or a whole number >= 0") from None
+
+
 def _image_size(raw: Any) -> int | tuple[int, int]:
     """A side in pixels, or height and width as LibreYOLO's CLI reads them (``480x640``,
     ``480,640``, or a YAML list); a square pair is one side, as LibreYOLO makes it."""
@@ -441,7 +450,13 @@ class Config:
         "training image size in pixels, or `HEIGHTxWIDTH` (e.g. `480x640`) for a family that "
         "trains on rectangles",
     )
-    workers: int = setting(4, _int_at_least(0), "dataloader worker processes per GPU")
+    workers: int | str = setting(
+        "auto",
+        _workers,
+        "dataloader worker processes per GPU: `auto`, the CPUs the container may use (its "
+        "affinity mask or CPU quota, the smaller) divided among the GPUs' processes, at most 8; "
+        "a number above that share is lowered to it, with a note",
+    )
     shm_policy: str = setting(
         "lower",
         _choice("lower", "stop"),

@@ -321,6 +321,12 @@ def write_code(folder: Path, who: str, code: int, reason: str = "") -> None:
     _write(folder / f"{who}-code.json", {"code": int(code), "reason": reason})
 
 
+def clear_codes(folder: Path, *who: str) -> None:
+    """Forget the codes ``who`` wrote: training starts again in the same start."""
+    for each in who:
+        (folder / f"{each}-code.json").unlink(missing_ok=True)
+
+
 def code(folder: Path, who: str) -> int | None:
     found = read_json(folder / f"{who}-code.json").get("code")
     return found if isinstance(found, int) else None

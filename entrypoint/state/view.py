@@ -56,6 +56,15 @@ def _upload_lines(up: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def _memory(found: dict[str, Any]) -> str:
+    """The container's memory: the peak against the limit, the kernel's kills."""
+    peak, limit = found.get("peak_bytes"), found.get("limit_bytes")
+    said = f"peak {peak / 1e9:.2f} GB" if peak else "peak unknown"
+    said += f" of a {limit / 1e9:.2f} GB limit" if limit else ", no limit"
+    kills = found.get("oom_kills")
+    return said + (f", {kills} killed for memory" if kills else "")
+
+
 def human(status: dict[str, Any], now: float | None = None) -> str:
     """One screen: phase, epoch and ETA, best metric, last upload, health, warnings."""
     lines = [f"run      {status.get('run', '?')}: {status.get('phase', '?')}, {_when(status, now)}"]
@@ -89,6 +98,12 @@ def human(status: dict[str, Any], now: float | None = None) -> str:
                          "price and speed")  # fmt: skip
         if found.get("advice"):
             lines.append(f"advice   {found['advice']}")
+    if found := status.get("memory"):
+        lines.append(f"memory   {_memory(found)}")
+    if found := status.get("gpu_use"):
+        last = found[-1]
+        cpus = f", CPUs {last['cpu_busy']:.0%}" if "cpu_busy" in last else ""
+        lines.append(f"gpu use  busy {last['busy']:.0%} of epoch {last['epoch']}{cpus}")
     for split, found in status.get("evaluation", {}).items():
         scores = ", ".join(f"{k.removeprefix('metrics/')} {v:.4f}" for k, v in found.items()
                            if k != "images")  # fmt: skip

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from entrypoint.errors import ExitCode
+from entrypoint.preflight import check as preflight
 from entrypoint.settings.config import Config
 from entrypoint.settings.launchers import Volume
 from entrypoint.state import cost, store
@@ -31,18 +32,14 @@ log = logging.getLogger("trainbox")
 HEARTBEAT_SECONDS = 2
 
 
-def processes(cfg: Config, gpus: int) -> int:
-    """Training processes on this machine: NPROC_PER_NODE, else one per visible GPU."""
-    return cfg.nproc_per_node or max(1, gpus if cfg.device != "cpu" else 1)
-
-
 def uses_torchrun(cfg: Config) -> bool:
     return cfg.nnodes > 1 or cfg.nproc_per_node > 1
 
 
 def command(cfg: Config, gpus: int) -> str:
     """The ``train`` program's command line: the trainer, or ``launch`` (torchrun's wrapper)."""
-    program = ["launch", str(processes(cfg, gpus))] if uses_torchrun(cfg) else ["train"]
+    procs = preflight.processes(cfg.nproc_per_node, cfg.device, gpus)
+    program = ["launch", str(procs)] if uses_torchrun(cfg) else ["train"]
     return shlex.join([sys.executable, "-m", "entrypoint", *program])
 
 

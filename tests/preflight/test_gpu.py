@@ -176,24 +176,49 @@ def test_device_indices_select_and_are_checked() -> None:
 ROOMY = preflight.System(shm=8 << 30, cpus=16, free=100 << 30)
 
 
-def test_small_shm_lowers_the_workers_or_stops_as_the_setting_says(tmp_path: Path) -> None:
+def test_small_shm_lowers_the_workers_or_stops_as_the_setting_says() -> None:
     small = replace(ROOMY, shm=64 << 20)
-    workers, notes = preflight.fit_workers(settings(tmp_path, WORKERS="4"), small)
+    workers, notes = preflight.fit_workers(4, "lower", 1, small)
     assert workers == 0
     assert notes == [
         "/dev/shm is 64 MB: WORKERS lowered from 4 to 0 (SHM_POLICY=lower); run "
         "with --shm-size 16g (compose: shm_size) or --ipc host to load data faster"
     ]
     with pytest.raises(TrainboxError) as caught:
-        preflight.fit_workers(settings(tmp_path, WORKERS="4", SHM_POLICY="stop"), small)
+        preflight.fit_workers(4, "stop", 1, small)
     assert str(caught.value) == (
         "/dev/shm is 64 MB, too small for WORKERS=4 dataloader workers: run with --shm-size 16g "
         "(compose: shm_size) or --ipc host, or set WORKERS=0"
     )
-    assert preflight.fit_workers(settings(tmp_path, WORKERS="4"), ROOMY) == (4, [])
-    assert preflight.fit_workers(settings(tmp_path, WORKERS="0"), small) == (0, [])
-    [note] = preflight.fit_workers(settings(tmp_path, WORKERS="32"), ROOMY)[1]
-    assert "more than the 16 CPUs" in note
+    assert preflight.fit_workers(4, "lower", 1, ROOMY) == (4, [])
+    assert preflight.fit_workers(0, "lower", 1, small) == (0, [])
+
+
+@pytest.mark.parametrize(
+    ("asked", "cpus", "procs", "workers", "note"),
+    [
+        ("auto", 16, 1, 8, None),  # at most 8
+        ("auto", 6, 1, 6, None),
+        ("auto", 16, 4, 4, None),  # shared among the GPUs' processes
+        ("auto", 1, 1, 1, None),
+        ("auto", 2, 4, 1, None),  # at least 1
+        (4, 1, 1, 1, "WORKERS=4 lowered to 1: the container may use 1 CPU"),
+        (
+            8,
+            12,
+            4,
+            3,
+            "WORKERS=8 lowered to 3: the container may use 12 CPUs, 3 for each of 4 training "
+            "processes",
+        ),
+        (3, 12, 4, 3, None),
+        (0, 1, 1, 0, None),
+    ],
+)
+def test_workers_fit_the_cpus(asked, cpus: int, procs: int, workers: int, note) -> None:
+    assert preflight.fit_cpus(asked, cpus, procs) == (workers, note)
+    fitted = preflight.fit_workers(asked, "lower", procs, replace(ROOMY, cpus=cpus))
+    assert fitted == (workers, [note] if note else [])
 
 
 def test_an_unwritable_volume_stops(tmp_path: Path) -> None:

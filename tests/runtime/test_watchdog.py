@@ -97,3 +97,31 @@ def test_max_runtime_says_what_a_stop_in_its_phase_keeps(tmp_path: Path) -> None
     assert "the last finished epoch goes to OUTPUT_REPO first" in said["training", "org/weights"]
     assert "on this volume (OUTPUT_REPO is not set)" in said["training", ""]
     assert not any("after a final upload" in line for line in said.values())
+
+
+def test_each_epochs_gpu_use_is_kept_and_the_first_waiting_one_said_once(
+    tmp_path: Path, caplog
+) -> None:
+    from tests.runtime.test_utilisation import StandInNVML
+
+    cfg = settings(tmp_path)
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    store.write_prepared(runtime, {"gpus": 1, "workers": 3, "data_yaml": "d.yaml"})
+    status.record(cfg.volume, "training", fresh=True, run="run")
+    nvml = StandInNVML(busy=[[10, 30, 30, 50, 50, 95, 95, 95]], used=[[5, 6, 7, 8, 9, 9, 9, 9]])
+    use = watchdog.Use(cfg, runtime, nvml)
+    for done in (0, 1, 1, 2, 2, 3, 3, 4):  # epochs 2 and 3 seen whole, then 4's start
+        use.check(done)
+    kept = status.read(cfg.volume)["gpu_use"]
+    assert [(r["epoch"], r["busy"], r["gpus"][0]["memory_peak_bytes"]) for r in kept] == [
+        (2, 0.3, 7), (3, 0.5, 9), (4, 0.95, 9)]  # fmt: skip
+    said = [r.getMessage() for r in caplog.records if "the GPUs were busy" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("epoch 2: the GPUs were busy 30% of its ")
+    assert "raise WORKERS (now 3)" in said[0]
+    # Without NVML: nothing at all, never made-up figures.
+    status.note(cfg.volume, gpu_use=None)
+    blind = watchdog.Use(cfg, runtime, StandInNVML([[0]], [[0]], init_fails=True))
+    for done in (0, 1, 2):
+        blind.check(done)
+    assert status.read(cfg.volume)["gpu_use"] is None

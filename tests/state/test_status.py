@@ -232,3 +232,13 @@ def test_a_new_start_of_the_same_run_keeps_its_figures(tmp_path: Path) -> None:
     assert status.read(volume)["phase"] == "budget" and status.health(status.read(volume)) is None
     status.record(volume, "preflight", fresh=True, run="other")
     assert not set(figures) & set(status.read(volume))
+
+
+def test_the_screen_says_the_memory_and_the_gpus_waiting() -> None:
+    memory = {"limit_bytes": 3 << 30, "peak_bytes": 3 << 30, "oom_kills": 1}
+    use = [{"epoch": 4, "busy": 0.412, "cpu_busy": 0.3}]
+    screen = view.human({"phase": "failed", "memory": memory, "gpu_use": use}).splitlines()
+    assert "memory   peak 3.22 GB of a 3.22 GB limit, 1 killed for memory" in screen
+    assert "gpu use  busy 41% of epoch 4, CPUs 30%" in screen
+    unlimited = view.human({"memory": {"peak_bytes": 5e8}})
+    assert "memory   peak 0.50 GB, no limit" in unlimited

@@ -6,12 +6,21 @@ from a bare ``python3`` with a checkout on a copy of the volume.
 
 import sys
 
+# The processes that grow: the kernel's first choice when the container's memory runs out, from
+# their first instruction on (set later, after torch's import, a trainer starting under a 600 MB
+# limit grew past the job first, and the kernel killed the job: exit 137, no line).
+EXPENDABLE = ("train", "launch", "elastic", "check", "evaluate")
+
 
 def main() -> None:
     if sys.argv[1:2] == ["status"]:
         from entrypoint.state.view import main as status
 
         sys.exit(status(sys.argv[2:]))
+    if sys.argv[1:2] and sys.argv[1] in EXPENDABLE:
+        from entrypoint.preflight.limits import expendable  # the standard library's alone
+
+        expendable()
     from entrypoint.cli import main as cli
 
     cli()

@@ -59,6 +59,24 @@ def system(workspace: Path, group: limits.Cgroup | None = None) -> System:
                   limits.available())  # fmt: skip
 
 
+# What trainbox's own processes need beside training: the job holds LibreYOLO's classes (for
+# the settings' checks), 0.86 GB resident, 0.38 GB of it torch's files (the demo, 2026-12-06).
+# Under a 600 MB limit the kernel killed the job as the trainer started: exit 137, no line.
+MIN_MEMORY = 1 << 30
+
+
+def enough_memory(limit: int | None) -> None:
+    """Stop, with the fix, a container whose memory limit trainbox itself cannot live in:
+    before the job loads what makes it big."""
+    if limit is not None and limit < MIN_MEMORY:
+        raise TrainboxError(
+            f"the container's memory limit of {limit / 1e9:.2f} GB is under the "
+            f"{MIN_MEMORY / 1e9:.2f} GB trainbox needs beside training: give it more memory "
+            "(docker run --memory, compose's mem_limit) or rent a machine with more",
+            ExitCode.OUT_OF_MEMORY,
+        )
+
+
 def processes(nproc_per_node: int, device: str, gpus: int) -> int:
     """Training processes on this machine: NPROC_PER_NODE, else one per visible GPU."""
     return nproc_per_node or max(1, gpus if device != "cpu" else 1)
@@ -136,7 +154,6 @@ def check(cfg: Config, probe: gpu.Probe, facts: System) -> dict:
 def run(cfg: Config, probe: gpu.Probe | None = None) -> dict:
     """Check this machine, log the verdict and write it to the volume, pass or fail."""
     started = time.monotonic()
-    limits.expendable()  # torch and a CUDA context: the kernel takes this before the job
     facts = system(cfg.workspace)
     try:
         probe = probe or gpu.TorchProbe(cpu_only=cfg.device == "cpu")

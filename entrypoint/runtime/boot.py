@@ -26,6 +26,7 @@ from entrypoint.dataset import stage as dataset
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.gateways import hub, provider
 from entrypoint.preflight import check as preflight
+from entrypoint.preflight import limits
 from entrypoint.runtime import memory, pricing, processes, ssh, supervise, watchdog
 from entrypoint.settings import options
 from entrypoint.state import budget, snapshot, status, store
@@ -74,10 +75,12 @@ class Boot:
 
 
 def settings(boot: Boot) -> None:
-    """What the config's own checks cannot see, before anything is touched: LibreYOLO's
-    options and export formats for this model, the image size for its family. (The Hub
+    """What the config's own checks cannot see, before anything is touched: a memory limit
+    trainbox cannot live in, LibreYOLO's options and export formats for this model, the image
+    size for its family. (The Hub
     client's HF_XET_* settings are checked with the config, by ``cli.run``.)"""
     cfg = boot.run.settings
+    preflight.enough_memory(limits.memory_limit())  # before LibreYOLO's classes load
     options.effective(cfg)
     export.check(cfg)
     weights.check_size(cfg)

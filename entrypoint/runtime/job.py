@@ -106,10 +106,12 @@ def _ended(started: boot.Boot, happened: exits.Outcome) -> int:
 
 
 def _last_line(code: int, why: str, *, error: bool) -> str:
-    """The last line's words: why, and what to do (a budget's reason says what to do)."""
+    """The last line's words: why, and what to do (a budget's reason and an out-of-memory
+    kill's say what to do)."""
     if error:
         return f"exit {code}: {why}"
-    advice = "" if code == ExitCode.BUDGET else MEANINGS.get(code, ("", "see the log"))[1]
+    said = code in (ExitCode.BUDGET, ExitCode.OUT_OF_MEMORY)
+    advice = "" if said else MEANINGS.get(code, ("", "see the log"))[1]
     return f"exit {code}: {why}" + (f"; {advice}" if advice else "")
 
 

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 from entrypoint.errors import ExitCode, TrainboxError
-from entrypoint.preflight import limits
 from entrypoint.state import store
 from entrypoint.state.run import Run
 from entrypoint.training import distributed
@@ -115,7 +114,6 @@ def launch(run: Run, procs: int) -> int:
     assert runtime is not None, "launch is started by trainbox run"
     for stop in (signal.SIGINT, signal.SIGTERM):
         signal.signal(stop, signal.SIG_IGN)
-    limits.expendable()  # torchrun's ranks inherit it: the kernel takes them first
     command = distributed.torchrun(cfg, procs)
     code = subprocess.run(command, env=distributed.environment(cfg.device), check=False).returncode
     return distributed.verdict(cfg, code, store.code(runtime, "rank"), store.failures(runtime),

@@ -24,7 +24,6 @@ from typing import Any
 import yaml
 
 from entrypoint.files import sha256, write_atomic
-from entrypoint.preflight import limits
 from entrypoint.state import store
 
 log = logging.getLogger("trainbox")
@@ -207,7 +206,6 @@ def draw_curves(run_dir: Path) -> Path | None:
 def main(plan: Plan) -> int:
     """The ``evaluate`` program: 0 once every split is scored; a failure (out of memory, a
     family without ``val``) is one line and 1, and the run's outcome stays as it was."""
-    limits.expendable()  # the kernel's first choice when memory runs out
     try:
         evaluate(plan)
     except Exception as err:  # any: LibreYOLO's, in a process of its own

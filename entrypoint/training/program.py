@@ -11,7 +11,6 @@ from typing import Any
 from entrypoint.dataset.stage import data_yaml
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.preflight import check as preflight
-from entrypoint.preflight import limits
 from entrypoint.settings import options
 from entrypoint.settings.config import Config
 from entrypoint.settings.launchers import Volume
@@ -180,7 +179,6 @@ def by_hand(cfg: Config) -> Prepared:
 def main(here: Run) -> int:
     """Run training and turn its outcome into the program's exit code."""
     cfg = here.settings
-    limits.expendable()  # the kernel's first choice when memory runs out (its workers too)
     run = here.prepared or by_hand(cfg)
     distributed.started(here.runtime)
     pulse = distributed.Heartbeat.start(cfg.volume, here.runtime)

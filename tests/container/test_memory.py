@@ -58,8 +58,21 @@ def test_a_trainer_killed_for_memory_is_named_and_every_finished_epoch_is_on_the
     assert finished and hub_epochs(hub)[-1] == max(finished), (finished, hub_epochs(hub))
 
 
-def test_a_trainer_killed_as_it_starts_is_named_too(image: str, volume: str) -> None:
-    env = {**TRAIN, "EPOCHS": "1", "MONITOR": "false", "TRAINBOX_TEST_HOG": "start"}
+def test_a_limit_too_low_to_start_is_said_at_once_and_a_trainer_killed_as_it_starts_too(
+    image: str, volume: str
+) -> None:
+    """600 MB: the job itself could not live beside a trainer (it was killed: exit 137 and not
+    a line); it says so before it loads anything large."""
+    env = {**TRAIN, "EPOCHS": "1", "MONITOR": "false"}
+    low = run_container(image, volume, env=env, options=("--memory", "600m",
+                                                          "--memory-swap", "600m"))  # fmt: skip
+    assert low.returncode == ExitCode.OUT_OF_MEMORY, (low.stdout + low.stderr)[-3000:]
+    assert last_line(low) == (
+        "[trainbox] error: the container's memory limit of 0.63 GB is under the 1.07 GB "
+        "trainbox needs beside training: give it more memory (docker run --memory, compose's "
+        "mem_limit) or rent a machine with more"
+    )
+    env["TRAINBOX_TEST_HOG"] = "start"
     result = run_container(image, volume, env=env, options=HOG)
     assert result.returncode == ExitCode.OUT_OF_MEMORY, (result.stdout + result.stderr)[-3000:]
     assert "out of memory: the kernel killed the trainer " + LIMIT_SAID in last_line(result)

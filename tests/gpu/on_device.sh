@@ -55,3 +55,15 @@ grep -E 'epoch [0-9]+/|preflight|GPU|training completed|error|Error' "$OUT/run.l
 cp /tmp/ws/trainbox/status.json "$OUT/status.json" 2>/dev/null
 cp /tmp/ws/trainbox/preflight.json "$OUT/preflight.json" 2>/dev/null
 ls /tmp/ws/runs/run/weights
+
+# 5. #53's GPU waiting, in dollars: the same demo with the loader in the trainer (WORKERS=0,
+#    a starved card) and with WORKERS=auto; the status's gpu_use per epoch and the one line
+#    that says the waiting, for docs/development.md. (Prepared 2026-12-06; not yet run on a card.)
+echo "== 5. the GPU's waiting: WORKERS=0, then auto"
+for w in 0 auto; do
+  DEVICE=0 WORKERS=$w EPOCHS=12 IMGSZ=640 PRICE_PER_HOUR=2.49 RUN_NAME="wait-$w" \
+    timeout 240 $PY -m entrypoint run >"$OUT/wait-$w.log" 2>&1
+  echo "WORKERS=$w rc=$?"
+  grep -E 'the GPUs were busy|preflight: /dev/shm' "$OUT/wait-$w.log"
+  cp /tmp/ws/trainbox/status.json "$OUT/status-wait-$w.json" 2>/dev/null
+done

@@ -108,9 +108,10 @@ def waiting(record: dict[str, Any], per_hour: float | None, workers: int) -> str
              if per_hour else "")  # fmt: skip
     cpus = record.get("cpu_busy")
     if cpus is not None and cpus >= CPUS_BUSY:
-        lever = (
-            f"the CPUs were busy {cpus:.0%}: more WORKERS would not load faster; a cheaper "
-            "card (or one with more CPUs per GPU) does this epoch for less"
+        lever = (  # the guide's arithmetic, as the profile's advice says it (``cost.ADVICE``)
+            f"the CPUs were busy {cpus:.0%}: more WORKERS would not load faster; a faster card "
+            f"buys nothing, and a cheaper card with at least {record['busy']:.0%} of this one's "
+            "speed trains as fast"
         )
     else:
         seen = f"the CPUs were busy {cpus:.0%}" if cpus is not None else "the CPUs' use unknown"

@@ -100,6 +100,10 @@ def human(status: dict[str, Any], now: float | None = None) -> str:
             lines.append(f"advice   {found['advice']}")
     if found := status.get("memory"):
         lines.append(f"memory   {_memory(found)}")
+    for mend in status.get("mended", []):
+        before, after = mend["workers"]
+        lines.append(f"mended   a dataloader worker killed for memory: WORKERS {before} -> "
+                     f"{after} from epoch {mend['epoch']}")  # fmt: skip
     if found := status.get("gpu_use"):
         last = found[-1]
         cpus = f", CPUs {last['cpu_busy']:.0%}" if "cpu_busy" in last else ""

@@ -83,8 +83,9 @@ def test_the_waiting_in_dollars_and_the_lever() -> None:
     )
     busy_cpus = utilisation.waiting({**RECORD, "cpu_busy": 0.95}, None, workers=8)
     assert busy_cpus == ("epoch 3: the GPUs were busy 40% of its 100 s and waited 60 s; the "
-                         "CPUs were busy 95%: more WORKERS would not load faster; a cheaper card "
-                         "(or one with more CPUs per GPU) does this epoch for less")  # fmt: skip
+                         "CPUs were busy 95%: more WORKERS would not load faster; a faster card "
+                         "buys nothing, and a cheaper card with at least 40% of this one's speed "
+                         "trains as fast")  # fmt: skip
 
 
 @pytest.mark.parametrize("busy", [0.8, 0.97])

@@ -240,5 +240,7 @@ def test_the_screen_says_the_memory_and_the_gpus_waiting() -> None:
     screen = view.human({"phase": "failed", "memory": memory, "gpu_use": use}).splitlines()
     assert "memory   peak 3.22 GB of a 3.22 GB limit, 1 killed for memory" in screen
     assert "gpu use  busy 41% of epoch 4, CPUs 30%" in screen
+    mended = view.human({"mended": [{"epoch": 3, "workers": [4, 2], "at": "x"}]}).splitlines()
+    assert "mended   a dataloader worker killed for memory: WORKERS 4 -> 2 from epoch 3" in mended
     unlimited = view.human({"memory": {"peak_bytes": 5e8}})
     assert "memory   peak 0.50 GB, no limit" in unlimited

@@ -50,6 +50,32 @@ class Sampler:
         except Exception:  # a card fallen off the bus: the figures stop, the run goes on
             return None
 
+    def energy(self) -> float | None:
+        """The GPUs' energy since the driver loaded, in joules (NVML counts millijoules, on
+        Volta and later); None where a card does not count it."""
+        try:
+            return sum(self.nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in self.handles) / 1e3
+        except Exception:  # an older card (NVMLError_NotSupported), or one gone
+            return None
+
+
+@dataclass
+class Energy:
+    """The training's energy across the run's starts: what earlier starts counted (the status's
+    ``gpu_energy``, kept by a new start of the same run) plus this start's, from its first
+    reading."""
+
+    before: float = 0.0  # joules, earlier starts
+    first: float | None = None  # this start's first reading
+
+    def add(self, reading: float | None) -> float | None:
+        """The run's joules so far, with this reading; None before a reading."""
+        if reading is None:
+            return None
+        if self.first is None:
+            self.first = reading
+        return self.before + reading - self.first
+
 
 @dataclass
 class Epochs:
@@ -92,7 +118,7 @@ class Epochs:
                 for s, p in zip(shares, self.peak, strict=False)
             ],
         }
-        if cpu_seconds is not None and self.began[1] is not None and now > self.began[0]:
+        if cpu_seconds is not None and self.began[1] is not None and now - self.began[0] >= 1:
             used = (cpu_seconds - self.began[1]) / ((now - self.began[0]) * self.cpus)
             record["cpu_busy"] = round(min(1.0, max(0.0, used)), 3)
         return record

@@ -155,19 +155,25 @@ def refresh(cfg: Config) -> dict[str, Any]:
 
 
 class Use:
-    """The GPUs' busy share per epoch (``utilisation``), in the status's ``gpu_use``; the first
-    epoch whose GPUs waited, said once with its dollars. Nothing without NVML."""
+    """The GPUs' busy share per epoch (``utilisation``), in the status's ``gpu_use``, and the
+    training's energy in its ``gpu_energy``; the first epoch whose GPUs waited, said once with
+    its dollars. Nothing without NVML."""
 
     def __init__(self, cfg: Config, runtime: Path, nvml: Any = None) -> None:
         self.volume, self.runtime = cfg.volume, runtime
         self.sampler = utilisation.Sampler.open(nvml)  # ``nvml``: pynvml, unless a stand-in
         self.group = limits.Cgroup()
         self.epochs = utilisation.Epochs(limits.cpus(self.group)[0])
+        kept = status.read(self.volume).get("gpu_energy") or {}
+        self.energy = utilisation.Energy(float(kept.get("joules", 0)))
         self.said = False
 
     def check(self, done: int) -> None:
         if self.sampler is None:
             return
+        if (joules := self.energy.add(self.sampler.energy())) is not None:
+            status.note(self.volume, gpu_energy={"joules": round(joules, 1),
+                                                 "gpus": len(self.sampler.handles)})  # fmt: skip
         record = self.epochs.add(done, self.sampler.sample(), time.monotonic(),
                                  limits.cpu_seconds(self.group))  # fmt: skip
         if record is None:

@@ -22,7 +22,7 @@ from entrypoint.state import store
 ENDED = {0: "completed", 8: "interrupted", 12: "budget", 130: "interrupted"}
 # What a new start of the same run keeps of the last status: the run's own figures, which a
 # start that ends at once (a budget reached, a completed run, a bad setting) must not lose.
-SURVIVE = ("training", "cost", "evaluation", "card", "billed")
+SURVIVE = ("training", "cost", "evaluation", "card", "billed", "gpu_energy")
 ACTIVE = ("preflight", "resuming", "staging", "training", "uploading", "evaluating")
 
 

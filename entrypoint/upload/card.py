@@ -54,11 +54,12 @@ def _classes(data: str | None) -> list[str]:
 
 
 def record(run_dir: Path, published: Path, *, cost: dict[str, Any] | None = None,
-           ended: str = "") -> dict:  # fmt: skip
+           energy: dict[str, Any] | None = None, ended: str = "") -> dict:  # fmt: skip
     """One run's record for the card, from the volume: LibreYOLO's status and train_config,
-    the run's manifest (versions, hardware, dataset, settings), its evaluation, its cost
-    (the status's ``cost``, when known). ``ended``: how trainbox saw the container end, when
-    LibreYOLO's word is not the whole story (a stop is its ``failed``)."""
+    the run's manifest (versions, hardware, dataset, settings), its evaluation, its cost and
+    the GPUs' energy in training (the status's ``cost`` and ``gpu_energy``, when known).
+    ``ended``: how trainbox saw the container end, when LibreYOLO's word is not the whole
+    story (a stop is its ``failed``)."""
     theirs, manifest = store.libreyolo_status(run_dir), store.manifest(published)
     trained = store.libreyolo_train_config(run_dir)
     chosen = manifest.get("settings", {})
@@ -94,6 +95,8 @@ def record(run_dir: Path, published: Path, *, cost: dict[str, Any] | None = None
     }
     if cost and "spent" in cost:
         found["cost"] = {"usd": cost["spent"], "per_hour": cost.get("per_hour")}
+    if energy and "joules" in energy:
+        found["energy_kwh"] = round(energy["joules"] / 3.6e6, 4)
     return found
 
 
@@ -377,7 +380,13 @@ def _where(run: dict) -> str:
             f"| driver, CUDA | {hw.get('driver') or '-'}, {hw.get('cuda') or '-'} |\n"
             f"| torch, LibreYOLO, trainbox | {hw.get('torch')}, {hw.get('libreyolo')}, "
             f"{hw.get('trainbox')} |\n| training hours | {run['training_hours']:.2f} |\n"
-            f"| cost | {money} |")  # fmt: skip
+            f"| cost | {money} |" + _energy(run))  # fmt: skip
+
+
+def _energy(run: dict) -> str:
+    """The GPUs' energy in training, as NVML counted it; nothing where it did not."""
+    kwh = run.get("energy_kwh")
+    return f"\n| GPU energy (NVML) | {kwh:.3f} kWh |" if kwh is not None else ""
 
 
 def _reproduce(run: dict) -> str:
@@ -404,14 +413,15 @@ def _runs(runs: list[dict]) -> str:
 
 
 def volume_records(workspace: Path) -> list[dict]:
-    """The records of every run on a volume, the oldest first; the status's cost goes to the
-    run it is about."""
+    """The records of every run on a volume, the oldest first; the status's cost and energy go
+    to the run it is about."""
     from entrypoint.settings.launchers import Volume
 
     state = store.status(Volume(workspace, 0))
     runs = [d for d in sorted((workspace / "runs").glob("*"))
             if store.libreyolo_status(d)]  # fmt: skip
     found = [record(d, store.published_folder(workspace, d.name),
-                    cost=state.get("cost") if state.get("run") == d.name else None)
+                    **({"cost": state.get("cost"), "energy": state.get("gpu_energy")}
+                       if state.get("run") == d.name else {}))
              for d in runs]  # fmt: skip
     return sorted(found, key=lambda r: r["date"])

@@ -47,8 +47,9 @@ def push_evaluation(output_repo: str, run_dir: Path, *, wait: float) -> bool:
 def push_run_card(output_repo: str, run_dir: Path, volume: Volume, *, wait: float,
                   ended: str = "") -> str | None:  # fmt: skip
     """``push_card`` with this run's record, its cost as the status has it."""
-    mine = card.record(run_dir, snapshot.folder(run_dir),
-                       cost=status.read(volume).get("cost"), ended=ended)  # fmt: skip
+    state = status.read(volume)
+    mine = card.record(run_dir, snapshot.folder(run_dir), cost=state.get("cost"),
+                       energy=state.get("gpu_energy"), ended=ended)  # fmt: skip
     return push_card(output_repo, [mine], wait=wait)
 
 

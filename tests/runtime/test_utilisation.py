@@ -30,6 +30,10 @@ class StandInNVML:
     def nvmlDeviceGetUtilizationRates(self, handle: int) -> SimpleNamespace:
         return SimpleNamespace(gpu=self.busy[handle][self.read], memory=0)
 
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: int) -> int:
+        """Millijoules since the driver loaded: 1 kJ more at each sample read, per card."""
+        return (1 + handle) * 10_000_000 + self.read * 1_000_000
+
     def nvmlDeviceGetMemoryInfo(self, handle: int) -> SimpleNamespace:
         value = self.used[handle][self.read]
         if handle == len(self.busy) - 1:
@@ -91,3 +95,14 @@ def test_the_waiting_in_dollars_and_the_lever() -> None:
 @pytest.mark.parametrize("busy", [0.8, 0.97])
 def test_a_busy_card_says_nothing(busy: float) -> None:
     assert utilisation.waiting({**RECORD, "busy": busy}, 3.6, workers=2) is None
+
+
+def test_the_energy_adds_up_across_a_runs_starts() -> None:
+    sampler = utilisation.Sampler.open(StandInNVML([[1, 1, 1]] * 2, [[0, 0, 0]] * 2))
+    assert sampler is not None
+    energy = utilisation.Energy(before=500.0)  # what earlier starts counted
+    first = sampler.energy()  # 10 kJ + 20 kJ since the driver loaded: not this run's
+    assert first == 30_000.0 and energy.add(first) == 500.0
+    sampler.sample()  # the next read: each card 1 kJ more
+    assert energy.add(sampler.energy()) == 2_500.0
+    assert energy.add(None) is None

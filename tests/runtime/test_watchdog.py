@@ -119,6 +119,8 @@ def test_each_epochs_gpu_use_is_kept_and_the_first_waiting_one_said_once(
     said = [r.getMessage() for r in caplog.records if "the GPUs were busy" in r.getMessage()]
     assert len(said) == 1 and said[0].startswith("epoch 2: the GPUs were busy 30% of its ")
     assert "raise WORKERS (now 3)" in said[0]
+    # 8 checks, each card 1 kJ more between them: 7 kJ counted since the first reading
+    assert status.read(cfg.volume)["gpu_energy"] == {"joules": 7000.0, "gpus": 1}
     # Without NVML: nothing at all, never made-up figures.
     status.note(cfg.volume, gpu_use=None)
     blind = watchdog.Use(cfg, runtime, StandInNVML([[0]], [[0]], init_fails=True))

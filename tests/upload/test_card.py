@@ -129,6 +129,15 @@ def test_a_detection_runs_card_reports_its_evaluation_exactly(tmp_path: Path) ->
     assert "-e DATASET_REPO=org/cars" in text and "WORKSPACE" not in text.split("```sh")[1]
     assert 'model = LibreYOLO("hf://org/weights/run/best.pt")' in text
     assert card.snippet(REPO, record(run_dir)) in text  # what a test runs, as printed
+    assert "GPU energy" not in text  # no NVML figure: none made up
+
+
+def test_the_gpus_energy_is_on_the_card_where_nvml_counted_it(tmp_path: Path) -> None:
+    run_dir = make_run(tmp_path, "run", scores={"val": DETECT})
+    published = store.published_folder(run_dir.parents[1], run_dir.name)
+    mine = card.record(run_dir, published, energy={"joules": 9_000_000.0, "gpus": 1})
+    assert mine["energy_kwh"] == 2.5  # 9 MJ / 3.6 MJ per kWh
+    assert "| GPU energy (NVML) | 2.500 kWh |" in card.render([mine], REPO)
 
 
 def test_a_classifier_carries_top1_and_no_detection_metric(tmp_path: Path) -> None:

@@ -72,14 +72,14 @@ def train() -> int:
 @cli.command("evaluate", hidden=True)
 def evaluate_command() -> int:
     """Score the run's best.pt on its test and validation splits (started by trainbox run)."""
-    from entrypoint.dataset.stage import data_yaml
+    from entrypoint.dataset.stage import Wanted, data_yaml
     from entrypoint.state import store
     from entrypoint.state.snapshot import folder
     from entrypoint.training import evaluation
 
     here = _here()
     cfg = here.settings
-    data = here.prepared.data_yaml if here.prepared else data_yaml(cfg)
+    data = here.prepared.data_yaml if here.prepared else data_yaml(Wanted.of(cfg))
     dataset = store.manifest(folder(cfg.run_dir)).get("dataset") or {}
     device = "cpu" if cfg.device == "cpu" else "auto"
     return evaluation.main(evaluation.Plan(cfg.run_dir, data, cfg.imgsz, device, dataset,
@@ -196,11 +196,12 @@ def inspect_dataset(
     classes, the box layout decided and why, the bytes to fetch and the disk the converted
     copy needs. Reads the file list and parquet footers; writes nothing."""
     from entrypoint.dataset import inspection
+    from entrypoint.dataset.wanted import Wanted
 
     given = {"DATASET_REPO": repo, "DATASET_REVISION": revision, "DATASET_FILE": "",
              **({"DATASET_FORMAT": form} if form else {}),
              **({"BBOX_FORMAT": bbox_format} if bbox_format else {})}  # fmt: skip
-    report = inspection.inspect(config.load({**os.environ, **given}))
+    report = inspection.inspect(Wanted.of(config.load({**os.environ, **given})))
     click.echo(json.dumps(report, indent=2) if as_json else "\n".join(inspection.lines(report)))
 
 
@@ -212,7 +213,8 @@ def stage_dataset() -> None:
 
     cfg = config.load()
     doctor = processes.doctor if cfg.doctor else None
-    click.echo(dataset.stage(cfg, dataset.pending(cfg), doctor))
+    wanted = dataset.Wanted.of(cfg)
+    click.echo(dataset.stage(wanted, dataset.pending(wanted), doctor))
 
 
 @cli.command("upload", hidden=True)
@@ -221,7 +223,7 @@ def upload_command() -> int:
     from entrypoint.upload import uploader as upload
 
     run = _here()
-    return upload.main(run.settings, run.runtime)
+    return upload.main(upload.Uploads.of(run.settings), run.runtime)
 
 
 @cli.group("plan")
@@ -269,7 +271,7 @@ def plan_disk(
 
     given = {"DATASET_REPO": dataset_repo, "DATASET_FILE": name, "DATASET_REVISION": revision}
     cfg = config.load({**os.environ, **given, **({"MODEL": model} if model else {})})
-    source = stage.resolve(cfg, wait=cfg.hub_wait)
+    source = stage.resolve(stage.Wanted.of(cfg), wait=cfg.hub_wait)
     checkpoint = int(checkpoint_mb * 1e6) if checkpoint_mb else outputs.checkpoint_bytes(cfg.model)
     lines, _ = plan.disk(
         source.file,

@@ -157,3 +157,32 @@ def test_no_module_keeps_state_of_its_own() -> None:
     )
     assert caught == [(1, "listeners = a container"), (2, "_until = a container"),
                       (7, "global _rank"), (8, "CACHE changed")]  # fmt: skip
+
+
+WHOLE_CONFIG_AT_MOST = 20  # issue 54: functions below the runtime take what they use
+
+
+def takes_the_whole_config() -> list[str]:
+    """``file:function`` for each function outside ``runtime/`` and ``cli.py`` with a parameter
+    annotated ``Config`` (methods on ``self`` are the config's own)."""
+    found = []
+    for module in sorted(PACKAGE.rglob("*.py")):
+        where = module.relative_to(PACKAGE).as_posix()
+        if where.startswith("runtime/") or where == "cli.py":
+            continue
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                params = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+                kinds = {ast.unparse(p.annotation).strip("'\"") for p in params if p.annotation}
+                if "Config" in kinds:
+                    found.append(f"{where}:{node.name}")
+    return found
+
+
+def test_below_the_runtime_functions_take_what_they_use() -> None:
+    """A stage gets a path, a rank, a repo, a price, or its own small record of the settings it
+    reads (``dataset.wanted.Wanted``, ``upload.uploader.Uploads``, ``distributed.Meeting``),
+    built at its door; the runtime and the CLI alone hold the whole ``Config``."""
+    found = takes_the_whole_config()
+    assert "dataset/wanted.py:of" in found  # the counter sees a record's door
+    assert len(found) <= WHOLE_CONFIG_AT_MOST, "\n".join(found)

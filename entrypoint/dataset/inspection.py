@@ -12,16 +12,16 @@ from typing import IO, Any
 
 from entrypoint.dataset import boxes, forms, layout, parquet, published, shards
 from entrypoint.dataset.stage import SPACE_MARGIN, resolve
+from entrypoint.dataset.wanted import Wanted
 from entrypoint.errors import TrainboxError
 from entrypoint.gateways import hub
-from entrypoint.settings.config import Config
 
 
-def inspect(cfg: Config) -> dict[str, Any]:
+def inspect(wanted: Wanted) -> dict[str, Any]:
     """The form, splits, counts, classes, box layout, bytes to fetch and disk to allow."""
-    source = resolve(cfg, wait=cfg.hub_wait)
+    source = resolve(wanted, wait=wanted.hub_wait)
     report: dict[str, Any] = {
-        "repo": source.repo, "revision": cfg.dataset_revision, "commit": source.commit,
+        "repo": source.repo, "revision": wanted.revision, "commit": source.commit,
         "files": len(source.shards), "bytes": source.size,
     }  # fmt: skip
     if isinstance(source, shards.Source):
@@ -29,31 +29,32 @@ def inspect(cfg: Config) -> dict[str, Any]:
                          "note": "packed by `trainbox dataset pack`: staged as packed"}  # fmt: skip
     report |= {"form": source.form, "disk": int(source.size * published.margin(source))}
     if source.form == "parquet":
-        return report | _parquet(source, cfg)
+        return report | _parquet(source, wanted)
     return report | _listed(source)
 
 
-def _parquet(source: published.Source, cfg: Config) -> dict[str, Any]:
+def _parquet(source: published.Source, wanted: Wanted) -> dict[str, Any]:
     files = sorted(source.shards, key=lambda f: f.name)
-    spec, sample = hub.read_remote(files[0], lambda f: _first(f, files[0].name), wait=cfg.hub_wait)
-    spec = published.named(spec, files[0].name, source.card, cfg.hub_wait)
+    wait = wanted.hub_wait
+    spec, sample = hub.read_remote(files[0], lambda f: _first(f, files[0].name), wait=wait)
+    spec = published.named(spec, files[0].name, source.card, wait)
     found: dict[str, Any] = {"task": spec.task, "columns": spec.describe(),
                              "classes": list(spec.names)}  # fmt: skip
     if spec.task == "detect":
         try:
-            decision = boxes.decide(sample, cfg.bbox_format)
+            decision = boxes.decide(sample, wanted.bbox_format)
             found |= {"box_format": decision.format, "box_evidence": decision.why}
         except TrainboxError as err:  # the inspection reports it, and goes on
             found |= {"box_format": None, "box_evidence": str(err)}
     images, objects = Counter(), Counter()
     for remote in files:
         split = published.split_of(remote.name) or "train"
-        rows, count = hub.read_remote(remote, lambda f: parquet.counts(f, spec), wait=cfg.hub_wait)
+        rows, count = hub.read_remote(remote, lambda f: parquet.counts(f, spec), wait=wait)
         images[split] += rows
         objects[split] += count
     splits = {s: {"images": images[s], **({"boxes": objects[s]} if spec.task == "detect" else {})}
               for s in sorted(images)}  # fmt: skip
-    return found | {"splits": splits, "validation": _validation(images, cfg)}
+    return found | {"splits": splits, "validation": _validation(images, wanted.val_fraction)}
 
 
 def _first(handle: IO[bytes], name: str) -> tuple[parquet.Schema, list]:
@@ -76,10 +77,10 @@ def _listed(source: published.Source) -> dict[str, Any]:
             "note": "boxes and classes are read at staging"}  # fmt: skip
 
 
-def _validation(images: Counter, cfg: Config) -> str:
+def _validation(images: Counter, fraction: float) -> str:
     if images.get("val"):
         return "the dataset's own"
-    return f"held out from train: VAL_FRACTION={cfg.val_fraction} (seeded)"
+    return f"held out from train: VAL_FRACTION={fraction} (seeded)"
 
 
 def lines(report: dict[str, Any]) -> list[str]:

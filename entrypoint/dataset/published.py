@@ -21,9 +21,9 @@ from pathlib import Path, PurePosixPath
 from typing import IO
 
 from entrypoint.dataset import boxes, folders, forms, images, layout, parquet, threads
+from entrypoint.dataset.wanted import Wanted
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.gateways import hub
-from entrypoint.settings.config import Config
 from entrypoint.state import store
 
 log = logging.getLogger("trainbox")
@@ -129,7 +129,8 @@ def covered(partial: Path, source: Source) -> int:
     return sum(f.size for f in source.shards if f.name in done)
 
 
-def build(source: Source, partial: Path, cfg: Config, progress: Callable[[int], None]) -> Path:
+def build(source: Source, partial: Path, wanted: Wanted,
+          progress: Callable[[int], None]) -> Path:  # fmt: skip
     """Fetch and convert ``source`` into ``partial``; return what training reads there (the
     data.yaml, or the classification folder)."""
     saved = store.staging_checkpoint(partial)
@@ -139,33 +140,33 @@ def build(source: Source, partial: Path, cfg: Config, progress: Callable[[int], 
     partial.mkdir(parents=True, exist_ok=True)
     store.write_staging_checkpoint(partial, saved)  # from now on a cut keeps what is fetched
     if source.form == "parquet":
-        found = _parquet(source, partial, saved, cfg, progress)
+        found = _parquet(source, partial, saved, wanted, progress)
     else:
         fetched = partial / FETCH
-        _fetch_all(list(source.shards), fetched, progress, cfg)
+        _fetch_all(list(source.shards), fetched, progress, wanted)
         for made in partial.iterdir():  # what a conversion cut midway left
             if made.name not in (FETCH, store.STAGING_CHECKPOINT):
                 shutil.rmtree(made) if made.is_dir() else made.unlink()
-        found = folders.convert(source.form, fetched, partial, fraction=cfg.val_fraction,
-                                forced_box=cfg.bbox_format)  # fmt: skip
+        found = folders.convert(source.form, fetched, partial, fraction=wanted.val_fraction,
+                                forced_box=wanted.bbox_format)  # fmt: skip
     shutil.rmtree(partial / FETCH, ignore_errors=True)
     store.drop_staging_checkpoint(partial)
     return found
 
 
 def _fetch_all(files: list[hub.RemoteFile], into: Path, progress: Callable[[int], None],
-               cfg: Config) -> None:  # fmt: skip
+               wanted: Wanted) -> None:  # fmt: skip
     """Fetch ``files``, at least 8 at once (a folder of thousands of small files is not
     fetched one request at a time); the first failure stops the others."""
 
     def work(remote: hub.RemoteFile, _: threading.Event) -> None:
-        hub.fetch(remote, into, wait=cfg.hub_wait)
+        hub.fetch(remote, into, wait=wanted.hub_wait)
         progress(remote.size)
 
-    threads.each(files, work, max(cfg.stage_parallel, 8))
+    threads.each(files, work, max(wanted.parallel, 8))
 
 
-def _parquet(source: Source, partial: Path, saved: dict, cfg: Config,
+def _parquet(source: Source, partial: Path, saved: dict, wanted: Wanted,
              progress: Callable[[int], None]) -> Path:  # fmt: skip
     """Each parquet file in turn: fetch, convert, delete, record. The first file tells the
     columns, the classes and the box layout, kept in the checkpoint for a restart."""
@@ -174,10 +175,10 @@ def _parquet(source: Source, partial: Path, saved: dict, cfg: Config,
     writer = _writer(partial, saved) if saved.get("spec") else None
     numbers = {remote.name: number for number, remote in enumerate(files)}
     for remote, path in _prefetched([f for f in files if f.name not in saved["done"]],
-                                    partial / FETCH, cfg.hub_wait):  # fmt: skip
+                                    partial / FETCH, wanted.hub_wait):  # fmt: skip
         number = numbers[remote.name]
         if writer is None:
-            saved |= _decide(path, remote.name, cfg, holdout, source.card)
+            saved |= _decide(path, remote.name, wanted, holdout, source.card)
             writer = _writer(partial, saved)
         split = split_of(remote.name) or "train"
         spec = parquet.Schema(**saved["spec"])
@@ -220,13 +221,13 @@ def _prefetched(files: list[hub.RemoteFile], into: Path, wait: float
         room.release()
 
 
-def _decide(path: Path, name: str, cfg: Config, holdout: bool, card: hub.RemoteFile | None
+def _decide(path: Path, name: str, wanted: Wanted, holdout: bool, card: hub.RemoteFile | None
             ) -> dict:  # fmt: skip
     """From the first file: what its columns mean, the classes, the boxes' layout."""
-    spec = named(parquet.schema(path, f"{name} in DATASET_REPO"), name, card, cfg.hub_wait)
+    spec = named(parquet.schema(path, f"{name} in DATASET_REPO"), name, card, wanted.hub_wait)
     fmt = "xywh"
     if spec.task == "detect":
-        decision = boxes.decide(sample(path, spec), cfg.bbox_format)
+        decision = boxes.decide(sample(path, spec), wanted.bbox_format)
         fmt = decision.format
         log.info("dataset: %s; boxes read as %s (%s)", spec.describe(), fmt, decision.why)
     else:
@@ -234,8 +235,8 @@ def _decide(path: Path, name: str, cfg: Config, holdout: bool, card: hub.RemoteF
     log.info("dataset: %d classes: %s", len(spec.names), ", ".join(spec.names[:20]))
     if holdout:
         log.info("dataset: no validation split; holding out %.0f%% of train (seeded)",
-                 cfg.val_fraction * 100)  # fmt: skip
-    return {"spec": asdict(spec), "layout": fmt, "holdout": cfg.val_fraction if holdout else 0}
+                 wanted.val_fraction * 100)  # fmt: skip
+    return {"spec": asdict(spec), "layout": fmt, "holdout": wanted.val_fraction if holdout else 0}
 
 
 def named(spec: parquet.Schema, name: str, card: hub.RemoteFile | None, wait: float

@@ -21,10 +21,10 @@ from pathlib import Path
 import yaml
 
 from entrypoint.dataset import archive, forms, published, shards, threads
+from entrypoint.dataset.wanted import Wanted  # the stage's settings, for its callers too
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.files import write_atomic
 from entrypoint.gateways import hub
-from entrypoint.settings.config import Config
 from entrypoint.settings.launchers import Volume
 from entrypoint.state import status, store
 
@@ -36,49 +36,43 @@ SPACE_MARGIN = 1.15  # extracted data ~ the tar's size, plus 15%; the tar itself
 Doctor = Callable[[Path], None]  # checks a staged data.yaml, raising the dataset's error
 
 
-def folder(cfg: Config) -> Path:
-    """Where the dataset lives on the volume."""
-    name = cfg.dataset_repo.rpartition("/")[2] if cfg.dataset_repo else "demo"
-    return cfg.workspace / "data" / name
-
-
 def read_marker(path: Path) -> dict:
     """The completion marker of a staged Hub dataset, or {} when there is none."""
     return store.dataset_marker(path)
 
 
-def data_yaml(cfg: Config) -> Path:
+def data_yaml(wanted: Wanted) -> Path:
     """The data.yaml that training reads (for a Hub dataset, once staged)."""
-    if cfg.data:
-        return Path(cfg.data)
-    if cfg.dataset_repo:
-        return folder(cfg) / read_marker(folder(cfg)).get("data_yaml", "data.yaml")
-    return folder(cfg) / "data.yaml"
+    if wanted.data:
+        return Path(wanted.data)
+    if wanted.repo:
+        return wanted.folder / read_marker(wanted.folder).get("data_yaml", "data.yaml")
+    return wanted.folder / "data.yaml"
 
 
-def identity(cfg: Config) -> dict:
+def identity(wanted: Wanted) -> dict:
     """What the run trains on, for its manifest: the Hub commit and sha256, or the path."""
-    if cfg.dataset_repo:
-        marker = read_marker(folder(cfg))
+    if wanted.repo:
+        marker = read_marker(wanted.folder)
         return {key: marker.get(key) for key in ("repo", "file", "revision", "commit", "sha256")}
-    return {"data": cfg.data or "the built-in demo"}
+    return {"data": wanted.data or "the built-in demo"}
 
 
 Source = shards.Source | published.Source
 
 
-def pending(cfg: Config) -> Source | None:
+def pending(wanted: Wanted) -> Source | None:
     """The Hub dataset still to download (one listing of the repo, nothing downloaded); None
     when there is nothing to fetch: not a Hub dataset, or the staged copy serves (the same
     commit, or any staged commit while the Hub cannot be asked)."""
-    if not cfg.dataset_repo:
+    if not wanted.repo:
         return None
-    marker = read_marker(folder(cfg))
-    same = (marker.get("repo"), marker.get("revision")) == (cfg.dataset_repo, cfg.dataset_revision)
-    staged = bool(marker) and same and cfg.dataset_file in ("", marker.get("file"))
+    marker = read_marker(wanted.folder)
+    same = (marker.get("repo"), marker.get("revision")) == (wanted.repo, wanted.revision)
+    staged = bool(marker) and same and wanted.file in ("", marker.get("file"))
     try:
         # With a staged copy, don't wait on retries: it can be trained on as it is.
-        source = resolve(cfg, wait=0 if staged else cfg.hub_wait)
+        source = resolve(wanted, wait=0 if staged else wanted.hub_wait)
     except hub.Unreachable as err:
         if not staged:
             raise
@@ -86,49 +80,49 @@ def pending(cfg: Config) -> Source | None:
         return None
     if staged and (marker.get("commit"), marker.get("file")) == (source.commit, source.file):
         log.info("dataset %s@%s already staged in %s", source.repo, source.commit[:12],
-                 folder(cfg))  # fmt: skip
+                 wanted.folder)  # fmt: skip
         return None
     return source
 
 
-def resolve(cfg: Config, *, wait: float) -> Source:
+def resolve(wanted: Wanted, *, wait: float) -> Source:
     """DATASET_FILE's tar or index; else the form one listing of the repo shows (a pack's
     own files, pinned to the listing's commit, or a dataset as published)."""
-    repo, revision = cfg.dataset_repo, cfg.dataset_revision
-    if cfg.dataset_file:
-        return shards.resolve(repo, cfg.dataset_file, revision, wait=wait)
+    repo, revision = wanted.repo, wanted.revision
+    if wanted.file:
+        return shards.resolve(repo, wanted.file, revision, wait=wait)
     listing = hub.listing(hub.Target("DATASET_REPO", repo, "", revision), wait=wait)
-    form, shown = forms.decide(repo, revision, [f.name for f in listing.files], cfg.dataset_format)
+    form, shown = forms.decide(repo, revision, [f.name for f in listing.files], wanted.form)
     if form != "trainbox":
-        return published.source(listing, form, shown, cfg.dataset_config)
+        return published.source(listing, form, shown, wanted.config)
     name = next(n for n in shards.defaults(repo) if n in shown)
     found = shards.resolve(repo, name, listing.commit, wait=wait)
     return replace(found, revision=revision)
 
 
-def left(cfg: Config, source: Source | None) -> int:
+def left(wanted: Wanted, source: Source | None) -> int:
     """The bytes staging ``source`` will still write: what a cut download's checkpoints do not
     cover, plus the margin (the extracted files are about the tar's size)."""
     if source is None:
         return 0
-    partial = folder(cfg).with_name(f".{folder(cfg).name}.partial")
+    partial = wanted.folder.with_name(f".{wanted.folder.name}.partial")
     if isinstance(source, published.Source):
         return int((source.size - published.covered(partial, source)) * published.margin(source))
     return int((source.size - _Checkpoints(partial, source, 0).covered()) * SPACE_MARGIN)
 
 
-def stage(cfg: Config, source: Source | None, doctor: Doctor | None = None) -> Path:
+def stage(wanted: Wanted, source: Source | None, doctor: Doctor | None = None) -> Path:
     """Make the dataset ready on the volume, once; return its data.yaml. ``source``: the Hub
     dataset ``pending`` found still to download; ``doctor``: what checks a data.yaml before
     it is put in place (``runtime.processes.doctor``; None: DOCTOR=false)."""
     if isinstance(source, published.Source):
-        return _build(source, folder(cfg), cfg, doctor)
+        return _build(source, wanted, doctor)
     if source is not None:
-        return _download(source, folder(cfg), cfg, doctor)
-    path = data_yaml(cfg)
-    if cfg.dataset_repo:
+        return _download(source, wanted, doctor)
+    path = data_yaml(wanted)
+    if wanted.repo:
         return path
-    if cfg.is_demo:
+    if wanted.is_demo:
         from entrypoint.dataset import demo  # numpy and PIL load only when the demo is used
 
         _, written = demo.ensure(path.parent)
@@ -136,7 +130,7 @@ def stage(cfg: Config, source: Source | None, doctor: Doctor | None = None) -> P
         return path
     if not path.is_file():
         raise TrainboxError(
-            f"DATA={cfg.data}: no such file in the container; mount the dataset "
+            f"DATA={wanted.data}: no such file in the container; mount the dataset "
             "under /workspace and point DATA at its data.yaml, or unset DATA for the demo",
             ExitCode.DATASET,
         )
@@ -163,23 +157,24 @@ def gb(size: int) -> str:
     return f"{size / 1e9:.2f} GB"
 
 
-def _download(source: shards.Source, target: Path, cfg: Config, doctor: Doctor | None) -> Path:
+def _download(source: shards.Source, wanted: Wanted, doctor: Doctor | None) -> Path:
     """Stream the tar(s), STAGE_PARALLEL at once, into a hidden folder, verify each, doctor
     the whole, then swap it into place; return the staged data.yaml. Every STAGE_CHECKPOINT
     seconds each tar's restart point is saved."""
+    target = wanted.folder
     partial = target.with_name(f".{target.name}.partial")
-    book = _Checkpoints(partial, source, cfg.stage_checkpoint)
+    book = _Checkpoints(partial, source, wanted.checkpoint)
     if not book.points:
         shutil.rmtree(partial, ignore_errors=True)
-    _check_space(cfg.workspace, source.size, source.size - book.covered())
+    _check_space(wanted.workspace, source.size, source.size - book.covered())
     partial.mkdir(parents=True, exist_ok=True)
     count = len(source.shards)
     log.info("staging %s/%s@%s (%s%s) into %s%s", source.repo, source.file, source.commit[:12],
-             gb(source.size), f" in {count} shards, {min(count, cfg.stage_parallel)} at once"
+             gb(source.size), f" in {count} shards, {min(count, wanted.parallel)} at once"
              if source.sharded else "", target, book.describe())  # fmt: skip
     with _keeping(partial, target):
-        with _Progress(cfg.volume, source, book.covered()) as progress:
-            members = _fetch_all(source, partial, book, progress, cfg)
+        with _Progress(wanted.volume, source, book.covered()) as progress:
+            members = _fetch_all(source, partial, book, progress, wanted)
         book.clear()
         found = _find_yaml(partial, source.file)
         marker = {**source.identity(), "revision": source.revision, "shards": count,
@@ -189,17 +184,18 @@ def _download(source: shards.Source, target: Path, cfg: Config, doctor: Doctor |
     return target / relative
 
 
-def _build(source: published.Source, target: Path, cfg: Config, doctor: Doctor | None) -> Path:
+def _build(source: published.Source, wanted: Wanted, doctor: Doctor | None) -> Path:
     """Fetch a published dataset, converting it into a hidden folder; then as a tar's."""
+    target = wanted.folder
     partial = target.with_name(f".{target.name}.partial")
     done = published.covered(partial, source)
-    _check_space(cfg.workspace, source.size, source.size - done, published.margin(source))
+    _check_space(wanted.workspace, source.size, source.size - done, published.margin(source))
     log.info("staging %s@%s (%s, %d files, %s) into %s%s", source.repo, source.commit[:12],
              source.file, len(source.shards), gb(source.size), target,
              f", resuming: {gb(done)} already converted" if done else "")  # fmt: skip
     with _keeping(partial, target):
-        with _Progress(cfg.volume, source, done) as progress:
-            found = published.build(source, partial, cfg, progress)
+        with _Progress(wanted.volume, source, done) as progress:
+            found = published.build(source, partial, wanted, progress)
         marker = {**source.identity(), "revision": source.revision, "form": source.form}
         relative = _settle(found, partial, target, doctor, marker)
     log.info("dataset staged: %s form converted into %s", source.form, target)
@@ -241,16 +237,16 @@ def _settle(found: Path, partial: Path, target: Path, doctor: Doctor | None,
 
 
 def _fetch_all(source: shards.Source, partial: Path, book: "_Checkpoints",
-               progress: "_Progress", cfg: Config) -> int:  # fmt: skip
-    """Extract every tar not done yet, ``cfg.stage_parallel`` at once, each in its own thread
+               progress: "_Progress", wanted: Wanted) -> int:  # fmt: skip
+    """Extract every tar not done yet, STAGE_PARALLEL at once, each in its own thread
     (sockets, hashing (OpenSSL through ctypes) and file writes release the GIL); the first
     failure stops the others. Return the members of all tars."""
     queue = [shard for shard in source.shards if not book.done(shard.name)]
 
     def work(shard: hub.RemoteFile, stop: threading.Event) -> None:
-        _fetch(shard, partial, book, progress, stop, cfg.hub_wait)
+        _fetch(shard, partial, book, progress, stop, wanted.hub_wait)
 
-    threads.each(queue, work, cfg.stage_parallel)
+    threads.each(queue, work, wanted.parallel)
     return book.members()
 
 

@@ -159,17 +159,17 @@ def run(cfg: Config, probe: gpu.Probe | None = None) -> dict:
         probe = probe or gpu.TorchProbe(cpu_only=cfg.device == "cpu")
         result = {"ok": True, **check(cfg, probe, facts)}
     except TrainboxError as err:
-        _record(cfg, {"ok": False, "error": str(err), "exit_code": int(err.code)}, facts)
+        _record(cfg.workspace, {"ok": False, "error": str(err), "exit_code": int(err.code)}, facts)
         raise
     result["seconds"] = round(time.monotonic() - started, 2)
-    _record(cfg, result, facts)
+    _record(cfg.workspace, result, facts)
     _log(result)
     return result
 
 
-def _record(cfg: Config, result: dict, facts: System) -> None:
+def _record(workspace: Path, result: dict, facts: System) -> None:
     if not facts.unwritable:
-        store.write_verdict(cfg.workspace, result)
+        store.write_verdict(workspace, result)
 
 
 def _log(result: dict) -> None:

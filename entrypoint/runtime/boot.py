@@ -82,8 +82,8 @@ def settings(boot: Boot) -> None:
     cfg = boot.run.settings
     preflight.enough_memory(limits.memory_limit())  # before LibreYOLO's classes load
     options.effective(cfg)
-    export.check(cfg)
-    weights.check_size(cfg)
+    export.check(cfg.export, cfg.model)
+    weights.check_size(cfg.model, cfg.imgsz)
 
 
 def lock(boot: Boot) -> None:
@@ -123,7 +123,9 @@ def completed(boot: Boot) -> None:
     log.info("run %s already completed: nothing to train (set RUN_NAME for a new run)",
              cfg.run_dir)  # fmt: skip
     finishing = cfg.output_repo and cfg.node_rank == 0
-    raise Finished(upload.flush(cfg, runtime=boot.run.runtime) if finishing else ExitCode.OK)
+    raise Finished(
+        upload.flush(upload.Uploads.of(cfg), runtime=boot.run.runtime) if finishing else ExitCode.OK
+    )
 
 
 def check(boot: Boot) -> None:
@@ -157,7 +159,7 @@ def resuming(boot: Boot) -> None:
                  "run)", cfg.run_name, cfg.output_repo)  # fmt: skip
         raise Finished(ExitCode.OK)
     if boot.previous is None and cfg.node_rank == 0:
-        upload.prepare(cfg, publish.provenance(cfg, boot.verdict, None))
+        upload.prepare(upload.Uploads.of(cfg), publish.provenance(cfg, boot.verdict, None))
 
 
 def within_budget(boot: Boot) -> None:
@@ -188,21 +190,22 @@ def staging(boot: Boot) -> None:
     """The dataset on the volume, once the whole run is known to fit; the start weights
     download meanwhile."""
     cfg = boot.run.settings
+    wanted = dataset.Wanted.of(cfg)
     status.record(cfg.volume, "staging")
     doctor = processes.doctor if cfg.doctor else None
-    boot.source = dataset.pending(cfg)
+    boot.source = dataset.pending(wanted)
     if not boot.source:
-        dataset.stage(cfg, boot.source, doctor)
+        dataset.stage(wanted, boot.source, doctor)
     start = weights.check(boot.found, cfg.hub_wait)
     fits(cfg.workspace, {
-        "dataset": dataset.left(cfg, boot.source),
+        "dataset": dataset.left(wanted, boot.source),
         "start weights": start,
         "teacher": sum(weights.check(each, cfg.hub_wait) for each in boot.teacher),
         "checkpoints and exports": outputs.left(cfg, boot.found, start),
     })  # fmt: skip
     fetching = weights.Background(cfg.hub_wait, boot.found, *boot.teacher)
     if boot.source:
-        dataset.stage(cfg, boot.source, doctor)
+        dataset.stage(wanted, boot.source, doctor)
     fetching.result()
 
 
@@ -210,14 +213,14 @@ def provenance(boot: Boot) -> None:
     """The run's manifest: what trains on what, with its earlier containers' bills. A resume
     is checked to go on with the same data; the Hub keeps the run's manifest until then."""
     cfg = boot.run.settings
-    manifest = publish.provenance(cfg, boot.verdict, dataset.identity(cfg))
+    manifest = publish.provenance(cfg, boot.verdict, dataset.identity(dataset.Wanted.of(cfg)))
     kept = boot.previous or store.manifest(snapshot.folder(cfg.run_dir))
     for key in ("billed", "costs"):  # the run's earlier containers
         manifest[key] = kept.get(key, [])
     if boot.previous:
-        resume.check_dataset(cfg, boot.previous, manifest)
+        resume.check_dataset(cfg.run_name, cfg.allow_dataset_change, boot.previous, manifest)
         if cfg.node_rank == 0:
-            upload.prepare(cfg, manifest)  # writes it here too
+            upload.prepare(upload.Uploads.of(cfg), manifest)  # writes it here too
     else:
         publish.write_manifest(cfg.run_dir, manifest)
 
@@ -230,12 +233,10 @@ def supervision(boot: Boot) -> None:
     run, verdict = boot.run, boot.verdict
     assert boot.supervisor is not None and run.runtime, "the lock step starts supervisord"
     status.record(run.volume, "training")
-    command = distributed.command(run.settings, len(verdict["gpus"]))
-    workers = verdict["workers"]
+    command = distributed.command(distributed.Meeting.of(run.settings), len(verdict["gpus"]))
+    workers, data = verdict["workers"], dataset.data_yaml(dataset.Wanted.of(run.settings))
     for mend in range(memory.MENDS + 1):
-        prepared = Prepared(gpus=len(verdict["gpus"]), workers=workers,
-                            data_yaml=dataset.data_yaml(run.settings))  # fmt: skip
-        boot.run = run.with_prepared(prepared)
+        boot.run = run.with_prepared(Prepared(len(verdict["gpus"]), workers, data))
         seen = memory.watch()
         boot.stopped = supervise.train(boot.supervisor, run.settings, command)
         ended = store.code(run.runtime, "train")

@@ -200,7 +200,7 @@ def _weights_safe(cfg: Config, loaded: bool) -> bool:
         return True  # a stop keeps the volume; nothing would be uploaded anyway
     if not snapshot.read_index(cfg.run_dir).get("files"):
         return True  # nothing published yet: no weights to lose
-    return upload.verify(cfg)
+    return upload.verify(upload.Uploads.of(cfg))
 
 
 class Signal:

@@ -114,9 +114,10 @@ def launch(run: Run, procs: int) -> int:
     assert runtime is not None, "launch is started by trainbox run"
     for stop in (signal.SIGINT, signal.SIGTERM):
         signal.signal(stop, signal.SIG_IGN)
-    command = distributed.torchrun(cfg, procs)
+    meeting = distributed.Meeting.of(cfg)
+    command = distributed.torchrun(meeting, procs)
     code = subprocess.run(command, env=distributed.environment(cfg.device), check=False).returncode
-    return distributed.verdict(cfg, code, store.code(runtime, "rank"), store.failures(runtime),
+    return distributed.verdict(meeting, code, store.code(runtime, "rank"), store.failures(runtime),
                                store.started(runtime))  # fmt: skip
 
 

@@ -103,7 +103,7 @@ def _configured(cfg: Config, runtime: Path) -> list[str] | None:
     write_atomic(runtime / "authorized_keys", cfg.ssh_public_key + "\n")
     (runtime / "authorized_keys").chmod(0o600)
     conf = runtime / "sshd_config"
-    environ = {**os.environ, **settings.job_shape(cfg)}  # what this node resolved
+    environ = {**os.environ, **cfg.job_shape()}  # what this node resolved
     conf.write_text(sshd_config(cfg, runtime, host_key(cfg.workspace), environ))
     PRIVSEP.mkdir(mode=0o755, exist_ok=True)
     checked = subprocess.run([SSHD, "-t", "-f", str(conf)], capture_output=True, text=True)

@@ -491,6 +491,36 @@ class Config:
         """True when no dataset is configured and the built-in demo trains."""
         return not (self.data or self.dataset_repo)
 
+    def checked(self) -> "Config":
+        """These settings, once those that only make sense together are checked."""
+        if self.node_rank >= self.nnodes:
+            raise TrainboxError(
+                f"NODE_RANK={self.node_rank} with NNODES={self.nnodes}: node ranks go from 0 "
+                f"to {self.nnodes - 1}",
+                ExitCode.CONFIG,
+            )
+        if self.nnodes > 1 and not self.output_repo:
+            raise TrainboxError(
+                f"NNODES={self.nnodes} needs OUTPUT_REPO: every node resumes from the checkpoint "
+                "uploaded there, so that all ranks start from the same one",
+                ExitCode.CONFIG,
+            )
+        return self
+
+    def dump(self) -> dict[str, Any]:
+        """The resolved settings as JSON values, for the programs the job starts (no secret is
+        a setting: HF_TOKEN and provider keys are read from the environment where they are
+        used)."""
+        return {f.name: str(v) if isinstance(v := getattr(self, f.name), Path) else v
+                for f in fields(self)}  # fmt: skip
+
+    def job_shape(self) -> dict[str, str]:
+        """The job's shape as this node resolved it (a launcher's names, the YAML), as
+        environment variables: for an SSH session's ``trainbox status`` to find its node's
+        files."""
+        return {"NNODES": str(self.nnodes), "NODE_RANK": str(self.node_rank),
+                "MASTER_ADDR": self.master_addr, "MASTER_PORT": str(self.master_port)}  # fmt: skip
+
 
 KEYS = tuple(f.name for f in fields(Config))  # the YAML's keys
 ENV_KEYS = tuple(f.name for f in fields(Config) if f.metadata.get("env", True))
@@ -563,42 +593,11 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
     config = Config()
     if not (chosen.get("data") or chosen.get("dataset_repo")):
         config = replace(config, **_read_yaml(DEMO_PRESET))
-    return _check_job(replace(config, **chosen))
-
-
-def _check_job(config: Config) -> Config:
-    """Settings that only make sense together."""
-    if config.node_rank >= config.nnodes:
-        raise TrainboxError(
-            f"NODE_RANK={config.node_rank} with NNODES={config.nnodes}: node ranks go from 0 "
-            f"to {config.nnodes - 1}",
-            ExitCode.CONFIG,
-        )
-    if config.nnodes > 1 and not config.output_repo:
-        raise TrainboxError(
-            f"NNODES={config.nnodes} needs OUTPUT_REPO: every node resumes from the checkpoint "
-            "uploaded there, so that all ranks start from the same one",
-            ExitCode.CONFIG,
-        )
-    return config
-
-
-def dump(config: Config) -> dict[str, Any]:
-    """The resolved settings as JSON values, for the programs the job starts (no secret is a
-    setting: HF_TOKEN and provider keys are read from the environment where they are used)."""
-    return {f.name: str(v) if isinstance(v := getattr(config, f.name), Path) else v
-            for f in fields(Config)}  # fmt: skip
+    return replace(config, **chosen).checked()
 
 
 def restore(values: Mapping[str, Any]) -> Config:
-    """The settings ``dump`` wrote, as they were (the job checked them)."""
+    """The settings ``Config.dump`` wrote, as they were (the job checked them)."""
     kinds = {f.name: f.type for f in fields(Config)}
     return Config(**{k: Path(v) if kinds[k] is Path else tuple(v) if isinstance(v, list) else v
                      for k, v in values.items()})  # fmt: skip
-
-
-def job_shape(config: Config) -> dict[str, str]:
-    """The job's shape as this node resolved it (a launcher's names, the YAML), as
-    environment variables: for an SSH session's ``trainbox status`` to find its node's files."""
-    return {"NNODES": str(config.nnodes), "NODE_RANK": str(config.node_rank),
-            "MASTER_ADDR": config.master_addr, "MASTER_PORT": str(config.master_port)}  # fmt: skip

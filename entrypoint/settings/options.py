@@ -68,11 +68,11 @@ def parse_args(text: str) -> dict[str, Any]:
     return parsed
 
 
-def requested(cfg: Config) -> tuple[dict[str, Any], dict[str, str]]:
+def requested(train: dict, train_args: str) -> tuple[dict[str, Any], dict[str, str]]:
     """The options asked for, the environment over the YAML key by key, and where each came
     from (for error lines)."""
-    from_env = parse_args(cfg.train_args)
-    merged = {**cfg.train, **from_env}
+    from_env = parse_args(train_args)
+    merged = {**train, **from_env}
     where = {key: "TRAIN_ARGS" if key in from_env else f"train.{key}" for key in merged}
     return merged, where
 
@@ -160,8 +160,8 @@ def _check_loggers(value: Any, where: str) -> None:
 
 def effective(cfg: Config) -> dict[str, Any]:
     """The training options LibreYOLO will be given, checked; a bad one raises one line."""
-    _check_image_size(cfg)
-    wanted, where = requested(cfg)
+    _check_image_size(cfg.model, cfg.imgsz)
+    wanted, where = requested(cfg.train, cfg.train_args)
     if not wanted:
         return {}
     passed = {key: wanted.pop(key) for key in (LOGGERS, VAL) if key in wanted}
@@ -194,12 +194,12 @@ def effective(cfg: Config) -> dict[str, Any]:
     return {**options, **passed}
 
 
-def _check_image_size(cfg: Config) -> None:
+def _check_image_size(model: str, imgsz: int | tuple[int, int]) -> None:
     """A rectangular IMGSZ only where the family trains on rectangles, both sides divisible
     by its largest stride: LibreYOLO's ``BaseTrainer.setup`` refuses it once training starts."""
-    if isinstance(cfg.imgsz, int) or (found := _family(cfg.model)) is None:
+    if isinstance(imgsz, int) or (found := _family(model)) is None:
         return  # a square, or a checkpoint whose family its name does not tell
-    height, width = cfg.imgsz
+    height, width = imgsz
     stride = found.rectangle_stride
     if stride is None:
         raise TrainboxError(

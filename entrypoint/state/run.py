@@ -59,7 +59,7 @@ class Run:
 def start(settings: Config) -> Run:
     """The job's run: a new runtime folder for this start, its settings written there."""
     runtime = Path(tempfile.mkdtemp(prefix="trainbox-"))
-    store.write_settings(runtime, config.dump(settings))
+    store.write_settings(runtime, settings.dump())
     return Run(settings, runtime)
 
 

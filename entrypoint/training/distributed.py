@@ -18,6 +18,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,25 +33,48 @@ log = logging.getLogger("trainbox")
 HEARTBEAT_SECONDS = 2
 
 
-def uses_torchrun(cfg: Config) -> bool:
-    return cfg.nnodes > 1 or cfg.nproc_per_node > 1
+@dataclass(frozen=True)
+class Meeting:
+    """How this machine's processes meet the job's others: the settings torchrun reads."""
+
+    nnodes: int
+    node_rank: int
+    nproc_per_node: int
+    master_addr: str
+    master_port: int
+    rdzv_timeout: int
+    device: str
+
+    @classmethod
+    def of(cls, cfg: Config) -> "Meeting":
+        return cls(cfg.nnodes, cfg.node_rank, cfg.nproc_per_node, cfg.master_addr,
+                   cfg.master_port, cfg.rdzv_timeout, cfg.device)  # fmt: skip
 
 
-def command(cfg: Config, gpus: int) -> str:
+def uses_torchrun(nnodes: int, nproc_per_node: int) -> bool:
+    return nnodes > 1 or nproc_per_node > 1
+
+
+def command(meeting: Meeting, gpus: int) -> str:
     """The ``train`` program's command line: the trainer, or ``launch`` (torchrun's wrapper)."""
-    procs = preflight.processes(cfg.nproc_per_node, cfg.device, gpus)
-    program = ["launch", str(procs)] if uses_torchrun(cfg) else ["train"]
+    procs = preflight.processes(meeting.nproc_per_node, meeting.device, gpus)
+    program = (
+        ["launch", str(procs)]
+        if uses_torchrun(meeting.nnodes, meeting.nproc_per_node)
+        else ["train"]
+    )
     return shlex.join([sys.executable, "-m", "entrypoint", *program])
 
 
-def torchrun(cfg: Config, procs: int) -> list[str]:
+def torchrun(meeting: Meeting, procs: int) -> list[str]:
     """torchrun's command line, through ``trainbox elastic``: torchrun itself, which also keeps
     which ranks failed and how (``elastic``)."""
     return [
         sys.executable, "-m", "entrypoint", "elastic",
-        f"--nnodes={cfg.nnodes}", f"--node-rank={cfg.node_rank}", f"--nproc-per-node={procs}",
-        f"--master-addr={cfg.master_addr}", f"--master-port={cfg.master_port}",
-        f"--rdzv-conf=timeout={cfg.rdzv_timeout}", "--max-restarts=0",
+        f"--nnodes={meeting.nnodes}", f"--node-rank={meeting.node_rank}",
+        f"--nproc-per-node={procs}",
+        f"--master-addr={meeting.master_addr}", f"--master-port={meeting.master_port}",
+        f"--rdzv-conf=timeout={meeting.rdzv_timeout}", "--max-restarts=0",
         "-m", "entrypoint", "train",
     ]  # fmt: skip
 
@@ -72,7 +96,7 @@ def environment(device: str, parent: dict[str, str] | None = None) -> dict[str, 
 
 
 def verdict(
-    cfg: Config, code: int, chosen: int | None, failures: dict[int, int], started: bool
+    meeting: Meeting, code: int, chosen: int | None, failures: dict[int, int], started: bool
 ) -> int:
     """The job's exit code once torchrun ended with ``code``: the ranks' own choice
     (``chose``: ``chosen``) over torchrun's 1, a job that never met its nodes as NODE_LOST."""
@@ -90,10 +114,10 @@ def verdict(
             "NNODES=%d: the job never started: not every node joined %s:%d within "
             "RDZV_TIMEOUT=%d s; start every node with the same NNODES, MASTER_ADDR and "
             "MASTER_PORT, each with its own NODE_RANK, and check node 0 is reachable",
-            cfg.nnodes,
-            cfg.master_addr,
-            cfg.master_port,
-            cfg.rdzv_timeout,
+            meeting.nnodes,
+            meeting.master_addr,
+            meeting.master_port,
+            meeting.rdzv_timeout,
         )
         return ExitCode.NODE_LOST
     return code

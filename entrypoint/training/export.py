@@ -41,29 +41,29 @@ def _registry() -> dict[str, Any]:
     return dict(BaseExporter._registry)
 
 
-def check(cfg: Config) -> None:
+def check(export: str, model: str) -> None:
     """At start: every EXPORT format is one LibreYOLO has, allows for MODEL's family and task,
     and finds its packages in this image (its own checks, which it runs only after training)."""
-    if not formats(cfg.export):
+    if not formats(export):
         return
     known = _registry()
-    found = family.of(cfg.model)
-    for name in formats(cfg.export):
+    found = family.of(model)
+    for name in formats(export):
         if name not in known:
-            raise _refused(cfg.export, f"{name!r} is not a LibreYOLO export format; it has "
+            raise _refused(export, f"{name!r} is not a LibreYOLO export format; it has "
                                 f"{', '.join(sorted(known))}")  # fmt: skip
         if found and (support := _support(found, name)).tier == "blocked":
-            raise _refused(cfg.export, f"LibreYOLO does not export {found.name} {found.task} to "
+            raise _refused(export, f"LibreYOLO does not export {found.name} {found.task} to "
                                 f"{name}: {support.reason}")  # fmt: skip
         needs_onnx = name == "onnx" or getattr(known[name], "requires_onnx", False)
         if needs_onnx and importlib.util.find_spec("onnx") is None:
-            raise _refused(cfg.export, f"{name} needs the onnx package: build the image with "
+            raise _refused(export, f"{name} needs the onnx package: build the image with "
                                 "LIBREYOLO_EXTRAS=onnx")  # fmt: skip
         try:
             _available(name)
         except (ImportError, RuntimeError, OSError) as err:
             first = str(err).strip().splitlines()[0].split(". ")[0].rstrip(".")
-            raise _refused(cfg.export, f"{first}; LibreYOLO's extra for it is a build argument: "
+            raise _refused(export, f"{first}; LibreYOLO's extra for it is a build argument: "
                                 f"LIBREYOLO_EXTRAS={name}") from None  # fmt: skip
 
 
@@ -90,8 +90,8 @@ def _available(name: str) -> None:
             available()
 
 
-def _device(cfg: Config) -> str:
-    return "cpu" if cfg.device == "cpu" else cfg.device.split(",")[0].replace("auto", "0")
+def _device(device: str) -> str:
+    return "cpu" if device == "cpu" else device.split(",")[0].replace("auto", "0")
 
 
 def run(cfg: Config) -> dict[str, str]:
@@ -107,7 +107,15 @@ def run(cfg: Config) -> dict[str, str]:
     else:
         known = _registry()
         results = {
-            name: _one(cfg, source, name, known[name].suffix) for name in formats(cfg.export)
+            name: _one(
+                source,
+                name,
+                known[name].suffix,
+                run_dir=cfg.run_dir,
+                imgsz=cfg.imgsz,
+                device=cfg.device,
+            )
+            for name in formats(cfg.export)
         }
     store.write_export_report(cfg.workspace, results)  # the job puts it in the status
     index = snapshot.read_index(cfg.run_dir)
@@ -115,18 +123,19 @@ def run(cfg: Config) -> dict[str, str]:
     return results
 
 
-def _one(cfg: Config, source: Path, name: str, suffix: str) -> str:
+def _one(source: Path, name: str, suffix: str, *, run_dir: Path, imgsz: int | tuple[int, int],
+         device: str) -> str:  # fmt: skip
     from libreyolo import LibreYOLO
 
-    out = cfg.run_dir / FOLDER
+    out = run_dir / FOLDER
     out.mkdir(parents=True, exist_ok=True)
     try:
-        model = LibreYOLO(str(source), device="cpu" if cfg.device == "cpu" else "auto")
-        made = Path(model.export(format=name, imgsz=cfg.imgsz, device=_device(cfg),
+        model = LibreYOLO(str(source), device="cpu" if device == "cpu" else "auto")
+        made = Path(model.export(format=name, imgsz=imgsz, device=_device(device),
                                  output_path=str(out / f"{source.stem}{suffix}")))  # fmt: skip
     except Exception as err:  # a failed export never fails the completed training
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         log.warning("EXPORT %s failed: %s; training is complete, the exit stays 0", name, first)
         return f"failed: {first}"
     log.info("exported %s: %s", name, made)
-    return str(made.relative_to(cfg.run_dir)) if made.is_relative_to(cfg.run_dir) else str(made)
+    return str(made.relative_to(run_dir)) if made.is_relative_to(run_dir) else str(made)

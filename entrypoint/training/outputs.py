@@ -70,23 +70,23 @@ def left(cfg: Config, start: "weights.Source | None", fetching: int) -> int:
 
     if cfg.node_rank:
         return 0
-    whole = Outputs(_checkpoint(cfg, start, fetching), cfg.epochs, cfg.save_period,
-                    len(export.formats(cfg.export)))  # fmt: skip
+    checkpoint = _checkpoint(cfg.run_dir, cfg.model, start, fetching)
+    whole = Outputs(checkpoint, cfg.epochs, cfg.save_period, len(export.formats(cfg.export)))
     held = sum(f.stat().st_size for folder in (cfg.run_dir, snapshot.folder(cfg.run_dir))
                for f in folder.rglob("*") if f.is_file())  # fmt: skip
     return max(0, whole.total - held)
 
 
-def _checkpoint(cfg: Config, start: "weights.Source | None", fetching: int) -> int:
+def _checkpoint(run_dir: Path, model: str, start: "weights.Source | None", fetching: int) -> int:
     """A checkpoint's bytes: a resumed run's ``last.pt``'s; else estimated from the
     architecture MODEL names; else (hf://... or a path, whose name does not say it) the start
     weights' own, a lower bound: a checkpoint holds at least the weights."""
     from entrypoint.training.weights import PREFIX
 
-    last = cfg.run_dir / "weights" / "last.pt"
+    last = run_dir / "weights" / "last.pt"
     if last.is_file():
         return last.stat().st_size
-    if not (cfg.model.startswith(PREFIX) or Path(cfg.model).is_absolute()):
-        return checkpoint_bytes(cfg.model)  # a LibreYOLO name, checked at start
+    if not (model.startswith(PREFIX) or Path(model).is_absolute()):
+        return checkpoint_bytes(model)  # a LibreYOLO name, checked at start
     here = start is not None and start.path is not None and start.path.is_file()
     return start.path.stat().st_size if here else fetching

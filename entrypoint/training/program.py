@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from entrypoint.dataset.stage import data_yaml
+from entrypoint.dataset.stage import Wanted, data_yaml
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.preflight import check as preflight
 from entrypoint.settings import options
@@ -71,25 +71,29 @@ class Clock:
         self._mark("last_step")  # a stop in the middle of an epoch: it trained until now
 
 
-def _model_device(cfg: Config) -> str:
-    return "cpu" if cfg.device == "cpu" else "auto"
+def _model_device(device: str) -> str:
+    return "cpu" if device == "cpu" else "auto"
 
 
 def _build_model(cfg: Config, resume_from: Path | None) -> Any:
     """The model to train: an interrupted run's checkpoint, the start weights MODEL names
     (published, hf://, a path), or the architecture MODEL names, from scratch."""
-    start = resume_from or weights.local(cfg)  # fetched onto the volume while staging
+    start = resume_from or weights.local(
+        weights.source(cfg)
+    )  # fetched onto the volume while staging
     if start or cfg.pretrained:
         from libreyolo import LibreYOLO
 
-        return LibreYOLO(str(start or cfg.model), device=_model_device(cfg))
-    return architecture(cfg.model, _model_device(cfg))
+        return LibreYOLO(str(start or cfg.model), device=_model_device(cfg.device))
+    return architecture(cfg.model, _model_device(cfg.device))
 
 
 def _on_this_data(cfg: Config, run: Prepared) -> dict[str, Any]:
     """``model.train`` arguments that the run and its profile pass share."""
     chosen = options.effective(cfg)
-    if taught := weights.local_teacher(cfg):  # fetched while staging, through the gateway
+    if taught := weights.local_teacher(
+        weights.teacher(cfg)
+    ):  # fetched while staging, through the gateway
         chosen["distill_model"] = str(taught)
     return {
         **chosen,
@@ -111,7 +115,7 @@ def profile(cfg: Config, run: Prepared) -> None:
     if (folder / "profile_summary.json").is_file():
         return  # profiled before a restart
     log.info("profiling %d training steps before the run (PROFILE_STEPS)", cfg.profile_steps)
-    architecture(cfg.model, _model_device(cfg)).train(
+    architecture(cfg.model, _model_device(cfg.device)).train(
         **_on_this_data(cfg, run),
         epochs=1,
         project=str(cfg.run_dir),
@@ -172,7 +176,9 @@ def by_hand(cfg: Config) -> Prepared:
     """What a ``trainbox train`` run by hand, without the job, trains with: the last
     preflight's workers if one ran, the staged data.yaml."""
     return Prepared(
-        gpus=0, workers=preflight.workers(cfg.workspace, cfg.workers), data_yaml=data_yaml(cfg)
+        gpus=0,
+        workers=preflight.workers(cfg.workspace, cfg.workers),
+        data_yaml=data_yaml(Wanted.of(cfg)),
     )
 
 

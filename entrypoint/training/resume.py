@@ -89,17 +89,17 @@ def local_epoch(run_dir: Path) -> int:
     return max(epoch_of(path) for path in _last(run_dir))
 
 
-def _on_hub(cfg: Config, name: str) -> hub.Target:
-    return hub.Target("OUTPUT_REPO", cfg.output_repo, f"{cfg.run_name}/{name}", repo_type="model")
+def _on_hub(output_repo: str, run_name: str, name: str) -> hub.Target:
+    return hub.Target("OUTPUT_REPO", output_repo, f"{run_name}/{name}", repo_type="model")
 
 
-def hub_epoch(cfg: Config, *, wait: float) -> tuple[int, str | None]:
+def hub_epoch(output_repo: str, run_name: str, *, wait: float) -> tuple[int, str | None]:
     """(the epoch of the run's last snapshot on the Hub, the commit it was read at); (0, None)
     when the Hub holds none. Raises when the Hub cannot be asked. A run uploaded without
     ``index.json`` (trainbox before 0.2) is dated by its status.json's completed epochs."""
-    found = hub.read(_on_hub(cfg, INDEX), wait=wait)
+    found = hub.read(_on_hub(output_repo, run_name, INDEX), wait=wait)
     if found is None:
-        found = hub.read(_on_hub(cfg, "status.json"), wait=wait)
+        found = hub.read(_on_hub(output_repo, run_name, "status.json"), wait=wait)
         return (
             (int(json.loads(found[0]).get("completed_epochs") or 0), found[1])
             if found
@@ -120,18 +120,19 @@ def fetch(cfg: Config) -> dict[str, Any] | None:
     """
     if not cfg.output_repo:
         return None
-    found = hub.read(_on_hub(cfg, "status.json"), wait=cfg.hub_wait)
+    found = hub.read(_on_hub(cfg.output_repo, cfg.run_name, "status.json"), wait=cfg.hub_wait)
     if found is None:
         return None  # no epoch on the Hub: a new run (its manifest may be there, from its start)
-    manifest = hub.read(_on_hub(cfg, MANIFEST), wait=cfg.hub_wait)
+    manifest = hub.read(_on_hub(cfg.output_repo, cfg.run_name, MANIFEST), wait=cfg.hub_wait)
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     if json.loads(found[0]).get("state") == "completed":
         store.write_libreyolo_status(cfg.run_dir, found[0])
         log.info("run %s is completed on %s", cfg.run_name, cfg.output_repo)
         return None
     if manifest:  # before any checkpoint is fetched, and before staging
-        check_options(cfg, json.loads(manifest[0]), options.effective(cfg))
-    held, commit = hub_epoch(cfg, wait=cfg.hub_wait)
+        check_options(cfg.run_name, cfg.allow_options_change, json.loads(manifest[0]),
+                      options.effective(cfg))  # fmt: skip
+    held, commit = hub_epoch(cfg.output_repo, cfg.run_name, wait=cfg.hub_wait)
     here = local_epoch(cfg.run_dir)
     if held and (held > here or cfg.nnodes > 1):
         _take(cfg, commit, held, here)
@@ -145,7 +146,9 @@ def _take(cfg: Config, commit: str | None, held: int, here: int) -> None:
     """Bring the Hub's last.pt (of ``commit``) into weights/, checked; the older snapshot
     published on this volume goes, so that it is never uploaded over the Hub's."""
     with tempfile.TemporaryDirectory(dir=cfg.workspace) as scratch:
-        target = replace(_on_hub(cfg, "last.pt"), revision=commit or "main")
+        target = replace(
+            _on_hub(cfg.output_repo, cfg.run_name, "last.pt"), revision=commit or "main"
+        )
         downloaded = Path(scratch) / "last.pt"
         if hub.download(target, downloaded, wait=cfg.hub_wait) is None:
             return  # the snapshot lists no last.pt: nothing to take
@@ -162,30 +165,32 @@ def _take(cfg: Config, commit: str | None, held: int, here: int) -> None:
              cfg.run_name, cfg.output_repo, held, here)  # fmt: skip
 
 
-def check_dataset(cfg: Config, previous: dict[str, Any], current: dict[str, Any]) -> None:
+def check_dataset(run_name: str, allowed: bool, previous: dict[str, Any],
+                  current: dict[str, Any]) -> None:  # fmt: skip
     """Refuse to resume a run on other data than its manifest's, unless allowed."""
     before, now = previous.get("dataset"), current.get("dataset")
-    if before == now or cfg.allow_dataset_change:
+    if before == now or allowed:
         return
     raise TrainboxError(
-        f"run {cfg.run_name!r} on OUTPUT_REPO was trained on {_describe(before)}, this "
+        f"run {run_name!r} on OUTPUT_REPO was trained on {_describe(before)}, this "
         f"container has {_describe(now)}: set ALLOW_DATASET_CHANGE=true to resume on it, or "
         "a new RUN_NAME",
         ExitCode.CONFIG,
     )
 
 
-def check_options(cfg: Config, previous: dict[str, Any], now: dict[str, Any]) -> None:
+def check_options(run_name: str, allowed: bool, previous: dict[str, Any],
+                  now: dict[str, Any]) -> None:  # fmt: skip
     """Refuse to resume a run with other training options than its manifest's, unless allowed.
     A manifest from before options were recorded has nothing to compare."""
     before = previous.get("train_options")
-    if before is None or before == now or cfg.allow_options_change:
+    if before is None or before == now or allowed:
         return
     changed = sorted(k for k in {*before, *now} if before.get(k) != now.get(k))
     shown = ", ".join(f"{k} {before.get(k, '(default)')} -> {now.get(k, '(default)')}"
                       for k in changed)  # fmt: skip
     raise TrainboxError(
-        f"run {cfg.run_name!r} on OUTPUT_REPO was trained with other options ({shown}): set "
+        f"run {run_name!r} on OUTPUT_REPO was trained with other options ({shown}): set "
         "ALLOW_OPTIONS_CHANGE=true to resume with these, or a new RUN_NAME",
         ExitCode.CONFIG,
     )

@@ -58,28 +58,28 @@ def architecture(model: str, device: str = "cpu") -> Any:
                                    **({"weight_variant": variant} if variant else {}))  # fmt: skip
 
 
-def check_size(cfg: Config) -> None:
+def check_size(model: str, imgsz: int | tuple[int, int]) -> None:
     """At start, for a transformer family (one LibreYOLO trains on squares only) at an IMGSZ
     below its recipe's: the untrained architecture checks that size and sees one zero image of
     it, on the CPU. A DETR-style decoder picks its queries among the encoder's cells, and a small
     image has fewer (D-FINE-n needs 256: "selected index k out of range" once training started,
     on the billed card); some check the size themselves (GTR: a multiple of 32, at least 160).
     Seconds on the CPU, so the CNN families and the recipes' own sizes are not tried."""
-    height, width = (cfg.imgsz, cfg.imgsz) if isinstance(cfg.imgsz, int) else cfg.imgsz
-    told = family.known(cfg.model)  # without importing LibreYOLO, where the table tells
+    height, width = (imgsz, imgsz) if isinstance(imgsz, int) else imgsz
+    told = family.known(model)  # without importing LibreYOLO, where the table tells
     if told is not None and not (told.square and told.imgsz and min(height, width) < told.imgsz):
         return
     from libreyolo.training.trainer import RECTANGULAR_TRAINING_FAMILIES
 
-    found = family.of(cfg.model)
+    found = family.of(model)
     if found is None or found.name in RECTANGULAR_TRAINING_FAMILIES:
         return
-    recipe = options.defaults(cfg.model).get("imgsz")
+    recipe = options.defaults(model).get("imgsz")
     if not isinstance(recipe, int) or min(height, width) >= recipe:
         return
     import torch
 
-    net = architecture(cfg.model)
+    net = architecture(model)
     module = getattr(net, "model", net)
     try:
         if validate := getattr(net, "_validate_imgsz", None):
@@ -89,8 +89,8 @@ def check_size(cfg: Config) -> None:
     except Exception as err:  # whatever the family's code raises at this size
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise TrainboxError(
-            f"IMGSZ={cfg.imgsz if isinstance(cfg.imgsz, int) else f'{height}x{width}'} is too "
-            f"small for {cfg.model}: {first} (LibreYOLO trains it at {recipe}): raise IMGSZ",
+            f"IMGSZ={imgsz if isinstance(imgsz, int) else f'{height}x{width}'} is too "
+            f"small for {model}: {first} (LibreYOLO trains it at {recipe}): raise IMGSZ",
             ExitCode.CONFIG,
         ) from None
 
@@ -127,7 +127,7 @@ def _published(setting: str, model: str) -> hub.Target:
 
 def source(cfg: Config) -> Source | None:
     """The start weights MODEL names; None to train the architecture from scratch."""
-    return _source(cfg, "MODEL", cfg.model, cfg.pretrained)
+    return _source(cfg.workspace, "MODEL", cfg.model, cfg.pretrained)
 
 
 def teacher(cfg: Config) -> list[Source]:
@@ -140,14 +140,14 @@ def teacher(cfg: Config) -> list[Source]:
     from libreyolo.distillation import teachers  # imports torch
 
     if not teachers.is_foundation_teacher(name):
-        return [_source(cfg, "distill_model", name, pretrained=True)]
+        return [_source(cfg.workspace, "distill_model", name, pretrained=True)]
     repo = teachers.DINOV2_ALIASES.get(name.lower(), name)  # as DINOv2Teacher resolves it
     named = f"distill_model={name}"
     return [Source(hub.Target("distill_model", repo, file, "main", "model"), None, named)
             for file in DINOV2_FILES]  # fmt: skip
 
 
-def _source(cfg: Config, setting: str, model: str, pretrained: bool) -> Source | None:
+def _source(workspace: Path, setting: str, model: str, pretrained: bool) -> Source | None:
     if model.startswith(PREFIX):
         org, _, rest = model.removeprefix(PREFIX).partition("/")
         name, _, path = rest.partition("/")
@@ -169,7 +169,7 @@ def _source(cfg: Config, setting: str, model: str, pretrained: bool) -> Source |
         target = _published(setting, model)
     else:
         return None
-    return Source(target, cfg.workspace / FOLDER / target.repo / target.name, f"{setting}={model}")
+    return Source(target, workspace / FOLDER / target.repo / target.name, f"{setting}={model}")
 
 
 def check(found: Source | None, wait: float) -> int:
@@ -248,15 +248,14 @@ class Background:
             raise self.errors[0]
 
 
-def local(cfg: Config) -> Path | None:
-    """For the train program: the fetched start weights, when MODEL names any."""
-    found = source(cfg)
+def local(found: Source | None) -> Path | None:
+    """For the train program: the fetched start weights (``source``'s), when MODEL names any."""
     return found.path if found and found.path.is_file() else None
 
 
-def local_teacher(cfg: Config) -> Path | None:
-    """For the train program: the fetched teacher, when ``distill_model`` names a LibreYOLO
-    model (DINOv2 keeps its name: transformers finds it in the Hub client's cache)."""
-    files = teacher(cfg)
+def local_teacher(files: list[Source]) -> Path | None:
+    """For the train program: the fetched teacher (``teacher``'s files), when
+    ``distill_model`` names a LibreYOLO model (DINOv2 keeps its name: transformers finds it in
+    the Hub client's cache)."""
     path = files[0].path if len(files) == 1 else None
     return path if path and path.is_file() else None

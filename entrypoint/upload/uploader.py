@@ -26,12 +26,14 @@ import tempfile
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.gateways import hub
 from entrypoint.settings.config import Config
+from entrypoint.settings.launchers import Volume
 from entrypoint.state import budget, status, store
 from entrypoint.state.snapshot import INDEX, MANIFEST, read_index
 from entrypoint.state.snapshot import folder as published
@@ -42,32 +44,53 @@ from entrypoint.upload import results
 log = logging.getLogger("trainbox")
 
 
+@dataclass(frozen=True)
+class Uploads:
+    """Where the run's weights go and how fast: the settings the uploader reads, taken from
+    the run's config once (``Uploads.of``)."""
+
+    output_repo: str  # OUTPUT_REPO
+    run_name: str  # RUN_NAME: the run's folder there and on the volume
+    run_dir: Path  # the run's folder on the volume
+    workspace: Path  # the volume's root (its ledger is there)
+    volume: Volume  # the volume as this node sees it (its status)
+    hub_wait: float  # HUB_WAIT
+    upload_interval: float  # UPLOAD_INTERVAL
+    max_commits_per_hour: int  # MAX_COMMITS_PER_HOUR
+    stop_grace: float  # STOP_GRACE
+
+    @classmethod
+    def of(cls, cfg: Config) -> "Uploads":
+        """Each field from the setting (or the config's property) of its name."""
+        return cls(**{f.name: getattr(cfg, f.name) for f in fields(cls)})
+
+
 def target(output_repo: str) -> hub.Target:
     return hub.Target("OUTPUT_REPO", output_repo, repo_type="model")
 
 
-def read_ledger(cfg: Config) -> dict[str, Any]:
-    return store.ledger(cfg.workspace, cfg.output_repo, cfg.run_name)
+def read_ledger(workspace: Path, output_repo: str, run_name: str) -> dict[str, Any]:
+    return store.ledger(workspace, output_repo, run_name)
 
 
-def prepare(cfg: Config, manifest: dict[str, Any]) -> None:
+def prepare(dest: Uploads, manifest: dict[str, Any]) -> None:
     """At start, before training: prove HF_TOKEN can write OUTPUT_REPO by committing the run's
     manifest. A refusal stops the run (exit 7); a Hub that cannot be asked for HUB_WAIT
     seconds too (exit 5): training without knowing where its weights can go bills blind."""
-    write_manifest(cfg.run_dir, manifest)
-    where = target(cfg.output_repo)
-    hub.ensure_repo(where, private=True, wait=cfg.hub_wait)
-    start = {f"{cfg.run_name}/{MANIFEST}": published(cfg.run_dir) / MANIFEST}
-    hub.put(where, start, f"{cfg.run_name}: start", wait=cfg.hub_wait)
-    log.info("uploads go to %s/%s (private if it was created now)", cfg.output_repo, cfg.run_name)
+    write_manifest(dest.run_dir, manifest)
+    where = target(dest.output_repo)
+    hub.ensure_repo(where, private=True, wait=dest.hub_wait)
+    start = {f"{dest.run_name}/{MANIFEST}": published(dest.run_dir) / MANIFEST}
+    hub.put(where, start, f"{dest.run_name}: start", wait=dest.hub_wait)
+    log.info("uploads go to %s/%s (private if it was created now)", dest.output_repo, dest.run_name)
 
 
 class Uploader:
     """One run's uploads: what is pending, and one commit that pushes it."""
 
-    def __init__(self, cfg: Config) -> None:
-        self.cfg = cfg
-        self.ledger = read_ledger(cfg)
+    def __init__(self, dest: Uploads) -> None:
+        self.dest = dest
+        self.ledger = read_ledger(dest.workspace, dest.output_repo, dest.run_name)
         self.commits: deque[float] = deque()
         self.last_error = ""
         self.behind = False  # the Hub holds a later epoch than this volume: never upload
@@ -78,11 +101,11 @@ class Uploader:
 
     def pending(self) -> tuple[dict[str, Any], dict[str, str]]:
         """(the published index, {name: sha256} of its files the Hub does not hold yet)."""
-        index = read_index(self.cfg.run_dir)
+        index = read_index(self.dest.run_dir)
         held = self.ledger["files"]
         return index, {
             name: digest for name, digest in index["files"].items()
-            if held.get(f"{self.cfg.run_name}/{name}", {}).get("sha256") != digest
+            if held.get(f"{self.dest.run_name}/{name}", {}).get("sha256") != digest
         }  # fmt: skip
 
     def _room(self) -> float:
@@ -90,7 +113,7 @@ class Uploader:
         now = time.monotonic()
         while self.commits and now - self.commits[0] > 3600:
             self.commits.popleft()
-        if len(self.commits) < self.cfg.max_commits_per_hour:
+        if len(self.commits) < self.dest.max_commits_per_hour:
             return 0.0
         return 3600 - (now - self.commits[0])
 
@@ -98,7 +121,7 @@ class Uploader:
         """Commit everything pending in one commit; True when nothing is pending afterwards.
         ``wait``: seconds to wait for an unreachable Hub (UPLOAD_INTERVAL: the next cycle
         tries again); ``final``: not held by the cap."""
-        wait = self.cfg.upload_interval if wait is None else wait
+        wait = self.dest.upload_interval if wait is None else wait
         with self.lock:
             index, pending = self.pending()
             if not pending:
@@ -108,7 +131,7 @@ class Uploader:
                             len(self.commits), room)  # fmt: skip
                 return False
             # Its own folder: a push abandoned at a deadline may still be reading its own.
-            into = published(self.cfg.run_dir)
+            into = published(self.dest.run_dir)
             staging = Path(tempfile.mkdtemp(prefix=".uploading-", dir=into))
             try:
                 return self._commit(index, pending, staging, wait)
@@ -127,8 +150,8 @@ class Uploader:
         if not self.card_due or self._room() > 0:
             return
         self.card_due = False
-        if results.push_run_card(self.cfg.output_repo, self.cfg.run_dir, self.cfg.volume,
-                                 wait=self.cfg.upload_interval):  # fmt: skip
+        if results.push_run_card(self.dest.output_repo, self.dest.run_dir, self.dest.volume,
+                                 wait=self.dest.upload_interval):  # fmt: skip
             self.commits.append(time.monotonic())
             self.seen = None  # the card's commit moved the branch: look again before the next
 
@@ -140,14 +163,14 @@ class Uploader:
         # Hard links pin the published files: a newer snapshot renamed over them meanwhile
         # leaves these bytes, the ones hashed for the commit, as they are.
         for name in pending:
-            os.link(published(self.cfg.run_dir) / name, staging / name)
+            os.link(published(self.dest.run_dir) / name, staging / name)
         (staging / INDEX).write_text(json.dumps(index, indent=2) + "\n")
-        run, epoch = self.cfg.run_name, index["epoch"]
+        run, epoch = self.dest.run_name, index["epoch"]
         operations = hub.operations({f"{run}/{name}": staging / name
                                      for name in [*sorted(pending), INDEX]})  # fmt: skip
         for _ in range(3):  # the branch moved (another run's commit): look again
             if self.seen is None:
-                self.seen = resume.hub_epoch(self.cfg, wait=wait)
+                self.seen = resume.hub_epoch(self.dest.output_repo, self.dest.run_name, wait=wait)
             held, parent = self.seen
             if epoch < held:
                 self.behind = True
@@ -157,13 +180,14 @@ class Uploader:
                     ExitCode.UPLOAD,
                 )
             try:
-                info = hub.commit(target(self.cfg.output_repo), operations, f"{run}: epoch {epoch}",
-                                  parent=parent, wait=wait, transfers=self.transfers)  # fmt: skip
+                info = hub.commit(target(self.dest.output_repo), operations,
+                                  f"{run}: epoch {epoch}", parent=parent, wait=wait,
+                                  transfers=self.transfers)  # fmt: skip
                 break
             except hub.BranchMoved:
                 self.seen = None
         else:
-            raise hub.BranchMoved(f"{self.cfg.output_repo} kept moving under the commit")
+            raise hub.BranchMoved(f"{self.dest.output_repo} kept moving under the commit")
         # Read while the staged files still exist: for a regular (non-LFS) file the client
         # hashes lazily, from the file.
         for op in operations[:-1]:
@@ -183,10 +207,12 @@ class Uploader:
         """Write the ledger, with the upload state ``trainbox status`` shows."""
         self.ledger["state"] = {**self.ledger.get("state", {}), **state,
                                 "last_error": self.last_error}  # fmt: skip
-        store.write_ledger(self.cfg.workspace, self.cfg.output_repo, self.cfg.run_name, self.ledger)
+        store.write_ledger(
+            self.dest.workspace, self.dest.output_repo, self.dest.run_name, self.ledger
+        )
 
 
-def main(cfg: Config, runtime: Path | None = None) -> int:
+def main(dest: Uploads, runtime: Path | None = None) -> int:
     """The supervised uploader: a cycle every UPLOAD_INTERVAL until SIGTERM, then the final
     flush within what is left of STOP_GRACE since the stop signal (the store's ``stop`` in
     the runtime folder holds when ``trainbox run`` received it; absent: training ended on its
@@ -194,10 +220,10 @@ def main(cfg: Config, runtime: Path | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer's interrupt is not ours
-    uploader = Uploader(cfg)
+    uploader = Uploader(dest)
 
     def cycles() -> None:
-        while not stop.wait(cfg.upload_interval):
+        while not stop.wait(dest.upload_interval):
             uploader.push()  # it fails as one line in the log and the status, never raises
             if not stop.is_set():
                 uploader.card()  # outside the push's lock: the final flush never waits for it
@@ -208,22 +234,22 @@ def main(cfg: Config, runtime: Path | None = None) -> int:
         stop.wait()
         uploader.transfers.abandon()  # a cycle's transfer in flight: an older snapshot, or stuck
         stopped_at = store.stop(runtime) if runtime else None
-        return flush(cfg, uploader, stopped_at=stopped_at, runtime=runtime)
+        return flush(dest, uploader, stopped_at=stopped_at, runtime=runtime)
 
 
-def flush(cfg: Config, uploader: Uploader | None = None, stopped_at: float | None = None,
+def flush(dest: Uploads, uploader: Uploader | None = None, stopped_at: float | None = None,
           runtime: Path | None = None) -> int:  # fmt: skip
     """Push what is pending until STOP_GRACE after ``stopped_at`` (default: now), less a
     margin; OK only if the Hub then holds it all. A push still in flight at the deadline is
     abandoned (its thread dies with the process). The code, and why, go to ``runtime``'s
     store for the job's last line."""
-    uploader = uploader or Uploader(cfg)
-    deadline = time.monotonic() + budget.flush_left(cfg.stop_grace, stopped_at)
-    log.info("final upload to %s ...", cfg.output_repo)
-    status.record(cfg.volume, "uploading")
-    if bill := budget.billed(cfg.volume, time.time()):  # up to this upload
-        record_billing(cfg.run_dir, bill)
-    record_final_cost(cfg.volume, cfg.run_dir)
+    uploader = uploader or Uploader(dest)
+    deadline = time.monotonic() + budget.flush_left(dest.stop_grace, stopped_at)
+    log.info("final upload to %s ...", dest.output_repo)
+    status.record(dest.volume, "uploading")
+    if bill := budget.billed(dest.volume, time.time()):  # up to this upload
+        record_billing(dest.run_dir, bill)
+    record_final_cost(dest.volume, dest.run_dir)
     outcome: list[bool] = []
 
     def attempts() -> None:
@@ -236,9 +262,9 @@ def flush(cfg: Config, uploader: Uploader | None = None, stopped_at: float | Non
     worker = threading.Thread(target=attempts, daemon=True)
     worker.start()
     worker.join(max(0.0, deadline - time.monotonic()))
-    status.record(cfg.volume, "uploading", upload=uploader.ledger.get("state", {}))
+    status.record(dest.volume, "uploading", upload=uploader.ledger.get("state", {}))
     if outcome:
-        log.info("final upload done: the Hub holds epoch %d", read_index(cfg.run_dir)["epoch"])
+        log.info("final upload done: the Hub holds epoch %d", read_index(dest.run_dir)["epoch"])
         code, reason = ExitCode.OK, ""
     else:
         reason = (f"final upload failed ({uploader.last_error or 'out of time'}): "
@@ -250,15 +276,16 @@ def flush(cfg: Config, uploader: Uploader | None = None, stopped_at: float | Non
     return code
 
 
-def verify(cfg: Config) -> bool:
+def verify(dest: Uploads) -> bool:
     """True when the Hub holds every file the run last published, by hash: the LFS sha256, or
     for a regular file the git blob id of the local copy that the ledger says was uploaded."""
-    index, held = read_index(cfg.run_dir), read_ledger(cfg)["files"]
-    paths = {f"{cfg.run_name}/{name}": digest for name, digest in index["files"].items()}
+    index = read_index(dest.run_dir)
+    held = read_ledger(dest.workspace, dest.output_repo, dest.run_name)["files"]
+    paths = {f"{dest.run_name}/{name}": digest for name, digest in index["files"].items()}
     if not paths or any(held.get(path, {}).get("sha256") != d for path, d in paths.items()):
         return False
     try:
-        remote = hub.paths_info(target(cfg.output_repo), list(paths), wait=min(cfg.hub_wait, 60))
+        remote = hub.paths_info(target(dest.output_repo), list(paths), wait=min(dest.hub_wait, 60))
     except TrainboxError as err:
         log.warning("could not verify the upload: %s", err)
         return False
@@ -269,7 +296,7 @@ def verify(cfg: Config) -> bool:
         if found.lfs:
             if found.lfs.sha256 != digest:
                 return False
-        elif found.blob_id != _git_blob(published(cfg.run_dir) / path.split("/", 1)[1]):
+        elif found.blob_id != _git_blob(published(dest.run_dir) / path.split("/", 1)[1]):
             return False
     return True
 

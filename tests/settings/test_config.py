@@ -154,7 +154,7 @@ def test_imgsz_is_a_side_or_height_and_width_as_libreyolos_cli_reads_it(
 
 def test_a_rectangle_survives_the_settings_the_job_hands_on() -> None:
     cfg = config.load({"IMGSZ": "480x640"})
-    assert config.restore(json.loads(json.dumps(config.dump(cfg)))) == cfg
+    assert config.restore(json.loads(json.dumps(cfg.dump()))) == cfg
     assert error(IMGSZ="480x") == (
         "environment: IMGSZ='480x': expected a whole number >= 32, or HEIGHTxWIDTH such as 480x640"
     )

@@ -155,16 +155,19 @@ def test_a_resume_with_other_options_is_refused_unless_allowed(tmp_path: Path) -
     same = {"optimizer": "adamw", "lr0": 0.002}
     other = {"lr0": 0.01, "optimizer": "adamw"}
     cfg = load(tmp_path)
-    resume.check_options(cfg, previous, same)
-    resume.check_options(cfg, {}, other)  # a manifest from before options were recorded
+    resume.check_options(cfg.run_name, False, previous, same)
+    resume.check_options(
+        cfg.run_name, False, {}, other
+    )  # a manifest from before options were recorded
     with pytest.raises(TrainboxError) as caught:
-        resume.check_options(cfg, previous, other)
+        resume.check_options(cfg.run_name, cfg.allow_options_change, previous, other)
     assert caught.value.code == ExitCode.CONFIG
     assert str(caught.value) == (
         "run 'run' on OUTPUT_REPO was trained with other options (lr0 0.002 -> 0.01): set "
         "ALLOW_OPTIONS_CHANGE=true to resume with these, or a new RUN_NAME"
     )
-    resume.check_options(load(tmp_path, ALLOW_OPTIONS_CHANGE="true"), previous, other)
+    allowed = load(tmp_path, ALLOW_OPTIONS_CHANGE="true")
+    resume.check_options(allowed.run_name, allowed.allow_options_change, previous, other)
 
 
 def test_trainbox_config_prints_the_effective_training_options(tmp_path: Path) -> None:

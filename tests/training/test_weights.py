@@ -76,7 +76,7 @@ def test_fetched_once_through_the_gateway(tmp_path: Path, on_hub: Hub) -> None:
     found = weights.source(cfg)
     assert weights.check(found, cfg.hub_wait) == len(CHECKPOINT)  # the bytes still to fetch
     path = weights.fetch(found, cfg.hub_wait)
-    assert path.read_bytes() == CHECKPOINT and weights.local(cfg) == path
+    assert path.read_bytes() == CHECKPOINT and weights.local(weights.source(cfg)) == path
     asked = len(on_hub.requests)
     assert weights.check(weights.source(cfg), cfg.hub_wait) == 0  # a restart: on the volume already
     assert weights.fetch(weights.source(cfg), cfg.hub_wait) == path
@@ -111,14 +111,14 @@ def test_the_weights_download_while_the_dataset_stages(
         monkeypatch.setenv(name, value)  # the preflight's child process reads them
     cfg = config.load()
     before_training(cfg)
-    assert stage.data_yaml(cfg).is_file()  # what training reads
+    assert stage.data_yaml(stage.Wanted.of(cfg)).is_file()  # what training reads
     [start] = [s for s in on_hub.served if s.name == "run/best.pt"]  # fetched once
     [teacher] = [s for s in on_hub.served if s.name == "LibreYOLO9m.pt"]
     [dataset] = [s for s in on_hub.served if s.name == "shapes.tar"]
     assert start.overlaps(dataset), "the two downloads never overlapped"
     assert teacher.overlaps(dataset), "the teacher did not come while the dataset staged"
     assert (tmp_path / "ws/weights/org/w/run/best.pt").read_bytes() == CHECKPOINT
-    taught = weights.local_teacher(cfg)  # what the train program gives LibreYOLO
+    taught = weights.local_teacher(weights.teacher(cfg))  # what the train program gives
     assert taught == tmp_path / "ws/weights/org/t/LibreYOLO9m.pt"
     assert taught.read_bytes() == CHECKPOINT[::-1]
 
@@ -154,7 +154,7 @@ def test_a_dinov2_teacher_is_fetched_where_transformers_finds_it_with_the_hub_do
         weights.check(each, cfg.hub_wait)
     weights.Background(cfg.hub_wait, *files).result()
     assert any("/reconstructions/" in path for _, path in on_hub.requests), "not through Xet"
-    assert weights.local_teacher(cfg) is None  # LibreYOLO is given the name, not a path
+    assert weights.local_teacher(weights.teacher(cfg)) is None  # LibreYOLO gets the name
     asked = len(on_hub.requests)
     for each in weights.teacher(cfg):  # a restart: in the cache already, nothing asked
         weights.check(each, cfg.hub_wait)

@@ -96,27 +96,30 @@ def _resume(cfg: config.Config) -> object:
 
 
 def _write_check(cfg: config.Config) -> object:
-    upload.prepare(cfg, {"run": "run"})
+    upload.prepare(upload.Uploads.of(cfg), {"run": "run"})
     return "written"
 
 
 def _staging(cfg: config.Config) -> object:
-    return dataset.stage(cfg, dataset.pending(cfg)).name
+    wanted = dataset.Wanted.of(cfg)
+    return dataset.stage(wanted, dataset.pending(wanted)).name
 
 
 def _cycle(cfg: config.Config) -> object:
     published(cfg, 4)
-    return upload.Uploader(cfg).push()
+    return upload.Uploader(upload.Uploads.of(cfg)).push()
 
 
 def _flush(cfg: config.Config) -> object:
     published(cfg, 4)
-    return upload.flush(cfg)
+    return upload.flush(upload.Uploads.of(cfg))
 
 
 def _verify(cfg: config.Config) -> object:
     published(cfg, 4)
-    assert upload.Uploader(cfg).push()  # before the fault: the Hub holds the volume's files
+    assert upload.Uploader(
+        upload.Uploads.of(cfg)
+    ).push()  # before the fault: the Hub holds the volume's files
     return "armed"
 
 
@@ -155,7 +158,7 @@ def test_a_hub_fault_is_waited_out_or_ends_the_step_and_weights_never_go_back(
     route, run, went_on, ended = STEPS[step]
     if step == "ON_EXIT verification":
         run(cfg)
-        run = lambda _cfg: upload.verify(_cfg)  # noqa: E731
+        run = lambda _cfg: upload.verify(upload.Uploads.of(_cfg))  # noqa: E731
     commits = len(hub.repos["models/org/w"].commits)
     inject(hub, kind, route, seconds)
     result = outcome(lambda: run(cfg))
@@ -184,20 +187,24 @@ def test_the_uploader_never_commits_an_epoch_older_than_the_hubs(
 ) -> None:
     published(cfg, 2)
     commits = len(hub.repos["models/org/w"].commits)
-    uploader = upload.Uploader(cfg)
+    uploader = upload.Uploader(upload.Uploads.of(cfg))
     assert uploader.push() is False and uploader.behind
     assert "the Hub holds epoch 3 of run run, later than this volume's epoch 2" in (
         uploader.last_error
     )
-    assert upload.flush(cfg, uploader) == ExitCode.UPLOAD  # at once, not after STOP_GRACE
+    assert (
+        upload.flush(upload.Uploads.of(cfg), uploader) == ExitCode.UPLOAD
+    )  # at once, not after STOP_GRACE
     assert len(hub.repos["models/org/w"].commits) == commits
     assert hub_epochs(hub) == [HUB_EPOCH]
 
 
 def test_a_commit_on_a_moved_branch_looks_again(hub: Hub, cfg: config.Config) -> None:
     published(cfg, 4)
-    uploader = upload.Uploader(cfg)
-    uploader.seen = resume.hub_epoch(cfg, wait=3)  # what it read; then the branch moves:
+    uploader = upload.Uploader(upload.Uploads.of(cfg))
+    uploader.seen = resume.hub_epoch(
+        cfg.output_repo, cfg.run_name, wait=3
+    )  # what it read; then the branch moves:
     hub.add("org/w", {"other-run/status.json": b"{}\n"}, kind="models")  # another run's commit
     assert uploader.push() is True  # refused on the old parent (412), read again, committed
     assert len(hub.downloads("run/index.json")) == 2
@@ -235,7 +242,9 @@ def test_a_xet_fault_leaves_the_push_to_the_next_try_and_weights_never_go_back(
     assert finishes(lambda: outcome(lambda: run(cfg)), guard=limit + 30) == ended, (step, kind)
     assert hub_epochs(hub) == [HUB_EPOCH]
     if step == "upload cycle":
-        assert upload.read_ledger(cfg)["state"]["last_error"]  # what `trainbox status` shows
+        assert upload.read_ledger(cfg.workspace, cfg.output_repo, cfg.run_name)["state"][
+            "last_error"
+        ]  # what `trainbox status` shows
 
 
 def test_a_slow_upload_outlasts_the_cycle_and_a_stop_abandons_a_stuck_one(
@@ -250,11 +259,11 @@ def test_a_slow_upload_outlasts_the_cycle_and_a_stop_abandons_a_stuck_one(
     publish.publish(cfg.run_dir, 4)
     # 12 MB at 3 MB/s: about 4 s, longer than the 3 s cycle by construction.
     assert cfg.upload_interval * hub.upload_rate < 12e6
-    assert upload.Uploader(cfg).push() is True
+    assert upload.Uploader(upload.Uploads.of(cfg)).push() is True
     hub.upload_rate = None
     published(cfg, 5)
     hub.faults.append(Fault("/cas/", hang=600.0, seconds=LONG))
-    uploader, result = upload.Uploader(cfg), []
+    uploader, result = upload.Uploader(upload.Uploads.of(cfg)), []
     pushing = threading.Thread(target=lambda: result.append(uploader.push(wait=600)),
                                daemon=True)  # fmt: skip
     pushing.start()
@@ -277,7 +286,7 @@ def test_a_refused_xet_token_fails_the_push_with_the_tokens_line(
     hub: Hub, cfg: config.Config, monkeypatch: pytest.MonkeyPatch, token: str, status: int
 ) -> None:
     monkeypatch.setenv("HF_TOKEN", token)
-    uploader = upload.Uploader(cfg)  # its own Transfers: no Xet token held yet
+    uploader = upload.Uploader(upload.Uploads.of(cfg))  # its own Transfers: no Xet token held yet
     published(cfg, 4)
     assert uploader.push() is False
     assert f"the Hub refused HF_TOKEN for OUTPUT_REPO=org/w ({status})" in uploader.last_error
@@ -294,7 +303,7 @@ def test_an_unwritable_xet_cache_is_its_own_line_and_the_next_push_goes_on(
     monkeypatch.setenv("HF_XET_CACHE", str(blocker / "xet"))  # read when a session starts
     monkeypatch.setattr("huggingface_hub.constants.HF_XET_CACHE", str(blocker / "xet"))
     _xet._GLOBAL_XET_HOLDER.sigint_abort()  # the process's session: a new one reads it
-    uploader = upload.Uploader(cfg)
+    uploader = upload.Uploader(upload.Uploads.of(cfg))
     published(cfg, 4)
     assert uploader.push() is False
     assert "the xet cache" in uploader.last_error and str(blocker) in uploader.last_error

@@ -52,7 +52,7 @@ def test_publish_copies_consistently_and_skips_what_did_not_change(run: Path) ->
 def test_one_commit_per_cycle_with_only_what_changed(hub: Hub, cfg, run: Path) -> None:
     hub.add("org/w", {}, kind="models")
     publish.publish(run, 1)
-    uploader = upload.Uploader(cfg)
+    uploader = upload.Uploader(upload.Uploads.of(cfg))
     assert uploader.push() is True
     assert hub.repos["models/org/w"].files["run/last.pt"] == b"epoch 1 weights" * 1000
     commits = len(hub.repos["models/org/w"].commits)
@@ -62,7 +62,7 @@ def test_one_commit_per_cycle_with_only_what_changed(hub: Hub, cfg, run: Path) -
     assert uploader.pending()[1].keys() == {"last.pt"}
     assert uploader.push() is True
     assert hub.repos["models/org/w"].files["run/last.pt"] == b"epoch 2"
-    ledger = upload.read_ledger(cfg)
+    ledger = upload.read_ledger(cfg.workspace, cfg.output_repo, cfg.run_name)
     assert ledger["files"]["run/last.pt"]["sha256"] == hashlib.sha256(b"epoch 2").hexdigest()
     assert ledger["files"]["run/last.pt"]["commit"] == hub.repos["models/org/w"].commits[-1]
 
@@ -75,7 +75,9 @@ def test_faults_are_retried_and_the_commit_limit_holds(hub: Hub, cfg, run: Path)
         Fault("/cas/v1/xorbs/", drop_after=10, methods=("POST",)),  # a xorb cut midway
     ]
     publish.publish(run, 1)
-    limited = upload.Uploader(config.load({**vars_env(cfg), "MAX_COMMITS_PER_HOUR": "1"}))
+    limited = upload.Uploader(
+        upload.Uploads.of(config.load({**vars_env(cfg), "MAX_COMMITS_PER_HOUR": "1"}))
+    )
     assert limited.push() is True
     assert all(fault.times == 0 for fault in hub.faults)
     (run / "weights" / "last.pt").write_bytes(b"epoch 2")
@@ -95,7 +97,7 @@ def test_a_token_that_cannot_write_stops_at_start(
     hub.add("org/w", {}, kind="models")
     monkeypatch.setenv("HF_TOKEN", token)
     with pytest.raises(upload.TrainboxError) as caught:
-        upload.prepare(cfg, {"run": "run"})
+        upload.prepare(upload.Uploads.of(cfg), {"run": "run"})
     message = str(caught.value)
     assert message.startswith(f"the Hub refused HF_TOKEN for OUTPUT_REPO=org/w ({status})")
     assert caught.value.code == upload.ExitCode.UPLOAD and token not in message
@@ -106,7 +108,7 @@ def test_an_unreachable_hub_at_start_ends_the_run_after_hub_wait(cfg, monkeypatc
     client_at(monkeypatch, "http://127.0.0.1:9")  # nothing listens there: connection refused
     waits: list[str] = []  # what the job's status is told of each wait
     with pytest.raises(upload.TrainboxError) as caught, upload.hub.told(waits.append):
-        upload.prepare(replace(cfg, hub_wait=3), {"run": "run"})
+        upload.prepare(upload.Uploads.of(replace(cfg, hub_wait=3)), {"run": "run"})
     assert caught.value.code == upload.ExitCode.HUB
     assert str(caught.value).startswith("cannot ask the Hub for OUTPUT_REPO=org/w")
     # It waited with backoff (1 s, then what HUB_WAIT's 3 s had left), then gave up.
@@ -120,10 +122,10 @@ def test_a_failed_final_upload_says_so_and_a_later_flush_completes_it(
     publish.publish(run, 1)
     hub.faults.append(Fault("/preupload/", status=503, times=1000, methods=("POST",)))
     short = config.load({**vars_env(cfg), "STOP_GRACE": "8"})
-    assert upload.flush(short) == upload.ExitCode.UPLOAD
+    assert upload.flush(upload.Uploads.of(short)) == upload.ExitCode.UPLOAD
     assert "run/last.pt" not in hub.repos["models/org/w"].files
     hub.faults.clear()
-    assert upload.flush(short) == upload.ExitCode.OK
+    assert upload.flush(upload.Uploads.of(short)) == upload.ExitCode.OK
     assert hub.repos["models/org/w"].files["run/last.pt"] == b"epoch 1 weights" * 1000
 
 
@@ -134,14 +136,19 @@ def test_a_new_output_repo_gets_every_file_the_old_one_already_had(
     hub.add("org/other", {}, kind="models")  # (a run's start creates its repo)
     (run / "weights" / "best.pt").write_bytes(b"best of epoch 1")
     publish.publish(run, 1)
-    assert upload.Uploader(cfg).push() is True
+    assert upload.Uploader(upload.Uploads.of(cfg)).push() is True
     moved = config.load({**vars_env(cfg), "OUTPUT_REPO": "org/other"})  # same volume and run
-    uploader = upload.Uploader(moved)
+    uploader = upload.Uploader(upload.Uploads.of(moved))
     assert uploader.pending()[1].keys() == {"last.pt", "best.pt", "status.json"}
     assert uploader.push() is True
     assert hub.repos["models/org/other"].files["run/best.pt"] == b"best of epoch 1"
-    assert upload.read_ledger(moved)["repo"] == "org/other"
-    assert upload.Uploader(cfg).pending()[1] == {}  # the first repo's record is untouched
+    assert (
+        upload.read_ledger(moved.workspace, moved.output_repo, moved.run_name)["repo"]
+        == "org/other"
+    )
+    assert (
+        upload.Uploader(upload.Uploads.of(cfg)).pending()[1] == {}
+    )  # the first repo's record is untouched
 
 
 def test_the_end_of_a_resumed_run_publishes_its_last_epoch_not_this_sessions_count(

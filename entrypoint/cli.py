@@ -142,7 +142,7 @@ class Size(click.ParamType):
     name = "size"
 
     def convert(self, value: object, param: object, ctx: object) -> int:
-        from entrypoint.dataset.shards import parse_size
+        from entrypoint.dataset.packed.shards import parse_size
 
         try:
             return parse_size(str(value))
@@ -266,7 +266,8 @@ def plan_disk(
     their index; nothing else downloaded), twice while a new commit stages, the checkpoints the
     run keeps, the start weights, a teacher and the exports, and a 30% margin, with the
     arithmetic shown."""
-    from entrypoint.dataset import published, stage
+    from entrypoint.dataset import stage
+    from entrypoint.dataset.published import route as published
     from entrypoint.training import export, outputs
 
     given = {"DATASET_REPO": dataset_repo, "DATASET_FILE": name, "DATASET_REVISION": revision}

@@ -179,7 +179,7 @@ def cfg(hub: "Hub", tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> config.C
 def tar_on_hub(hub: "Hub", repo: str, folder: Path, size: int) -> bytes:
     """A one-file dataset (data.yaml and ``size`` bytes) packed as ``NAME.tar`` in ``repo``
     on the test Hub, NAME the folder's; returns the tar's bytes."""
-    from entrypoint.dataset import archive
+    from entrypoint.dataset.packed import archive
 
     folder.mkdir()
     (folder / "data.yaml").write_text("names: {0: a}\n")

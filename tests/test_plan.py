@@ -4,7 +4,8 @@ import math
 import os
 from pathlib import Path
 
-from entrypoint.dataset import archive, demo
+from entrypoint.dataset import demo
+from entrypoint.dataset.packed import archive
 from entrypoint.training import outputs, weights
 from tests.conftest import settings, trainbox
 from tests.standins.hub import Hub

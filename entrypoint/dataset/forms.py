@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable
 from pathlib import PurePosixPath
 
-from entrypoint.dataset.shards import defaults
+from entrypoint.dataset.packed.shards import defaults
 from entrypoint.errors import ExitCode, TrainboxError
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}

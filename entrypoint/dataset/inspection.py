@@ -10,7 +10,10 @@ from collections import Counter
 from pathlib import PurePosixPath
 from typing import IO, Any
 
-from entrypoint.dataset import boxes, forms, layout, parquet, published, shards
+from entrypoint.dataset import forms
+from entrypoint.dataset.packed import shards
+from entrypoint.dataset.published import boxes, layout, parquet
+from entrypoint.dataset.published import route as published
 from entrypoint.dataset.stage import SPACE_MARGIN, resolve
 from entrypoint.dataset.wanted import Wanted
 from entrypoint.errors import TrainboxError

@@ -9,7 +9,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from entrypoint.dataset import archive, shards
+from entrypoint.dataset.packed import archive, shards
 from entrypoint.dataset.stage import Doctor, gb, point
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.files import sha256

@@ -20,7 +20,9 @@ from pathlib import Path
 
 import yaml
 
-from entrypoint.dataset import archive, forms, published, shards, threads
+from entrypoint.dataset import forms, threads
+from entrypoint.dataset.packed import archive, shards
+from entrypoint.dataset.published import route as published
 from entrypoint.dataset.wanted import Wanted  # the stage's settings, for its callers too
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.files import write_atomic

@@ -27,7 +27,7 @@ WORKSPACE = Path("/workspace")
 
 Parser = Callable[[Any], Any]
 # How a dataset repo can be published (entrypoint/dataset/forms.py tells them apart), and the
-# box layouts a published dataset may use (entrypoint/dataset/boxes.py).
+# box layouts a published dataset may use (entrypoint/dataset/published/boxes.py).
 FORMS = ("trainbox", "parquet", "yolo", "coco", "imagefolder", "archive")
 BOX_FORMATS = ("xywh", "xyxy", "xywhn", "xyxyn", "cxcywhn")
 

@@ -29,7 +29,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from entrypoint.dataset import archive
+from entrypoint.dataset.packed import archive
 from tests.standins.hub import Hub
 
 W, H = 640, 480

@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from entrypoint.dataset import archive, shards
+from entrypoint.dataset.packed import archive, shards
 from entrypoint.files import sha256
 from tests.standins.hub import Hub
 

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint.dataset import archive, demo
+from entrypoint.dataset import demo
+from entrypoint.dataset.packed import archive
 from tests.conftest import BESIDE_TRAINING, REPO
 from tests.standins.hub import GOOD_TOKEN, Hub
 

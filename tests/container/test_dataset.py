@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint.dataset import archive, demo
+from entrypoint.dataset import demo
+from entrypoint.dataset.packed import archive
 from entrypoint.errors import ExitCode
 from tests.conftest import tar_on_hub
 from tests.container.conftest import TRAIN, docker, in_volume, run_container

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint.dataset import archive, demo
+from entrypoint.dataset import demo
+from entrypoint.dataset.packed import archive
 from entrypoint.errors import ExitCode
 from tests.conftest import free_port
 from tests.container.conftest import OUTPUT, docker, in_volume, run_container

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint.dataset import archive
+from entrypoint.dataset.packed import archive
 from entrypoint.errors import ExitCode, TrainboxError
 
 

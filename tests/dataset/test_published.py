@@ -14,7 +14,8 @@ import pytest
 import yaml
 from PIL import Image
 
-from entrypoint.dataset import boxes, forms, images, layout, parquet
+from entrypoint.dataset import forms
+from entrypoint.dataset.published import boxes, images, layout, parquet
 from entrypoint.errors import ExitCode, TrainboxError
 from tests.conftest import REPO
 from tests.dataset.conftest import env_for

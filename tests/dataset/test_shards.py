@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint.dataset import shards
+from entrypoint.dataset.packed import shards
 from entrypoint.errors import ExitCode
 from tests.conftest import REPO, trainbox
 from tests.dataset.conftest import digests

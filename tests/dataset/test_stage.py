@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from entrypoint.dataset import archive, demo
+from entrypoint.dataset import demo
+from entrypoint.dataset.packed import archive
 from entrypoint.errors import ExitCode
 from tests.conftest import REPO, trainbox
 from tests.dataset.conftest import REPO_ID, digests, env_for

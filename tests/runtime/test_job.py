@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint.dataset import archive, demo
+from entrypoint.dataset import demo
+from entrypoint.dataset.packed import archive
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.runtime import boot, pricing
 from entrypoint.settings.launchers import Volume

@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from entrypoint.dataset import boxes, folders, forms, images, layout, parquet, threads
+from entrypoint.dataset import forms, threads
+from entrypoint.dataset.published import boxes, folders, images, layout, parquet
 from entrypoint.dataset.wanted import Wanted
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.gateways import hub

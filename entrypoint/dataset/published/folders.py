@@ -21,7 +21,8 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
-from entrypoint.dataset import forms, images, layout
+from entrypoint.dataset import forms
+from entrypoint.dataset.published import images, layout
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.files import write_atomic
 

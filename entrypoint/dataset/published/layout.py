@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from entrypoint.dataset import boxes, images
+from entrypoint.dataset.published import boxes, images
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.files import write_atomic
 

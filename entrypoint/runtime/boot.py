@@ -232,10 +232,10 @@ def supervision(boot: Boot) -> None:
     ``memory.MENDS`` times at most; any other out-of-memory kill ends it (exit 13)."""
     run, verdict = boot.run, boot.verdict
     assert boot.supervisor is not None and run.runtime, "the lock step starts supervisord"
-    status.record(run.volume, "training")
     command = distributed.command(distributed.Meeting.of(run.settings), len(verdict["gpus"]))
     workers, data = verdict["workers"], dataset.data_yaml(dataset.Wanted.of(run.settings))
     for mend in range(memory.MENDS + 1):
+        status.record(run.volume, "training")  # again after a mend: the flush said uploading
         boot.run = run.with_prepared(Prepared(len(verdict["gpus"]), workers, data))
         seen = memory.watch()
         boot.stopped = supervise.train(boot.supervisor, run.settings, command)

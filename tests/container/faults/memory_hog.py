@@ -7,8 +7,9 @@ runs this at its start; it acts only in the train program (``python -m entrypoin
 
 - ``start``: the trainer grows at once, before it trains (a limit too low for it to start);
 - ``training``: the trainer grows once the run's metrics.jsonl holds a finished epoch;
-- ``workers``: each dataloader worker grows as it starts, while the loader has more than
-  ``TRAINBOX_TEST_HOG_ABOVE`` workers (as a dataset cached per worker grows with their count).
+- ``workers``: each process the trainer forks (its dataloader workers: nothing else in it
+  forks) grows as it starts, before it serves a batch, so the trainer waits for it and the
+  kill comes whatever an epoch's length; with WORKERS=0 nothing is forked, nothing grows.
 
 Growing is real: 32 MB at a time, every byte written, so the pages are the process's own; the
 kernel then kills the largest process among those trainbox made expendable (oom_score_adj).
@@ -35,15 +36,6 @@ def _after_an_epoch() -> None:
     _grow()
 
 
-def _in_a_worker() -> None:
-    time.sleep(0.5)  # the worker's loop has set its info by now
-    from torch.utils.data import get_worker_info
-
-    info = get_worker_info()
-    if info is not None and info.num_workers > int(os.environ.get("TRAINBOX_TEST_HOG_ABOVE", "0")):
-        _grow()
-
-
 def arm() -> None:
     command = Path("/proc/self/cmdline").read_bytes().split(b"\0")
     if command[1:4] != [b"-m", b"entrypoint", b"train"]:
@@ -53,10 +45,8 @@ def arm() -> None:
         _grow()
     elif when == "training":
         threading.Thread(target=_after_an_epoch, daemon=True).start()
-    elif when == "workers":  # a forked worker runs no .pth: it gets this at its fork
-        os.register_at_fork(
-            after_in_child=lambda: threading.Thread(target=_in_a_worker, daemon=True).start()
-        )
+    elif when == "workers":  # a forked worker runs no .pth: it grows from its fork on
+        os.register_at_fork(after_in_child=_grow)
 
 
 arm()

@@ -77,8 +77,8 @@ class Boot:
 def settings(boot: Boot) -> None:
     """What the config's own checks cannot see, before anything is touched: a memory limit
     trainbox cannot live in, LibreYOLO's options and export formats for this model, the image
-    size for its family. (The Hub
-    client's HF_XET_* settings are checked with the config, by ``cli.run``.)"""
+    size for its family. (The Hub client's HF_XET_* settings are checked with the config, by
+    ``cli.run``.)"""
     cfg = boot.run.settings
     preflight.enough_memory(limits.memory_limit())  # before LibreYOLO's classes load
     options.effective(cfg)
@@ -257,11 +257,12 @@ def supervision(boot: Boot) -> None:
 def _mended(boot: Boot, workers: int, mend: int) -> int:
     """After the kernel killed dataloader workers: half as many, and training resumes."""
     fewer, volume = workers // 2, boot.run.volume
-    epochs = (status.read(volume).get("training") or {}).get("completed_epochs", 0)
+    state = status.read(volume)
+    epochs = (state.get("training") or {}).get("completed_epochs", 0)
     log.warning("out of memory: the kernel killed a dataloader worker (%s); resuming from epoch "
                 "%d with WORKERS %d -> %d (mend %d of %d)", memory.said(), epochs, workers,
                 fewer, mend, memory.MENDS)  # fmt: skip
-    mended = [*status.read(volume).get("mended", []),
+    mended = [*state.get("mended", []),
               {"epoch": epochs, "workers": [workers, fewer], "at": store.stamp()}]  # fmt: skip
     status.note(volume, mended=mended, memory=memory.figures())
     store.clear_codes(boot.run.runtime, "train", "rank")  # the next attempt's own, if any

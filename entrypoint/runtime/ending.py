@@ -10,9 +10,8 @@ failures included, and waits for the platform to stop it instead of exiting into
 Which ends are for good (``final``): a completed run, a time limit, a budget reached; a failure
 no restart can mend (settings, the dataset, the disk, the GPU check, the memory limit); any
 other failure once it repeats (the same code as the start before, or the third failed start in
-a row). On vast.ai
-every end is: nothing starts the container again by itself. A stop signal is never acted on:
-whoever sent it is stopping the machine. At most stop after a failure, never
+a row). On vast.ai every end is: nothing starts the container again by itself. A stop signal
+is never acted on: whoever sent it is stopping the machine. At most stop after a failure, never
 destroy; and where the run has published weights and an OUTPUT_REPO, only once the Hub holds
 them (``upload.verify``): a stop keeps the volume, but the weights are taken off first.
 

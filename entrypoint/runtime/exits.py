@@ -76,8 +76,8 @@ def decide(happened: Outcome) -> int:
 def reason(runtime: Path | None, volume: Volume, code: int, happened: Outcome) -> str:
     """Why the job ended with ``code`` (nothing for 0 and 130): the line of what decided it
     (the watchdog, the final upload, the job's verdict on train, a training rank, a step's
-    error), else the one the status
-    holds (the preflight's), else the code's meaning (docs/exit-codes.md)."""
+    error), else the one the status holds (the preflight's), else the code's meaning
+    (docs/exit-codes.md)."""
     if happened.error is not None and happened.error.code == code:
         return str(happened.error)
     if code in (ExitCode.OK, ExitCode.INTERRUPTED):

@@ -129,9 +129,9 @@ def watching(supervisor: "Supervisor") -> Iterator[None]:
         supervisor.stop("watchdog")
 
 
-def refresh(cfg: Config) -> dict[str, Any]:
+def refresh(cfg: Config, measured: dict[str, Any] | None = None) -> dict[str, Any]:
     """Copy libreyolo's progress and the upload state into the container's status, the phase
-    staying as the job set it."""
+    staying as the job set it, with what the last check ``measured`` (``Use``), in one write."""
     training, progress_at = progress.training(cfg.run_dir)
     stamps = (status.read(cfg.volume).get("progress_at"), progress_at)
     progress_at = max(filter(None, stamps), default=None)
@@ -140,7 +140,7 @@ def refresh(cfg: Config) -> dict[str, Any]:
         if cfg.output_repo
         else None
     )
-    fields: dict[str, Any] = {"upload": upload, "progress_at": progress_at}
+    fields: dict[str, Any] = {"upload": upload, "progress_at": progress_at, **(measured or {})}
     state = status.read(cfg.volume)
     if state.get("phase") == "training":
         found = progress.profile(cfg.run_dir)
@@ -168,23 +168,26 @@ class Use:
         self.energy = utilisation.Energy(float(kept.get("joules", 0)))
         self.said = False
 
-    def check(self, done: int) -> None:
+    def check(self, state: dict[str, Any]) -> dict[str, Any]:
+        """One check during training (``state``: the status now): the fields it measured, for
+        the status's next write (``refresh``)."""
         if self.sampler is None:
-            return
+            return {}
+        found: dict[str, Any] = {}
         if (joules := self.energy.add(self.sampler.energy())) is not None:
-            status.note(self.volume, gpu_energy={"joules": round(joules, 1),
-                                                 "gpus": len(self.sampler.handles)})  # fmt: skip
+            found["gpu_energy"] = {"joules": round(joules, 1), "gpus": len(self.sampler.handles)}
+        done = (state.get("training") or {}).get("completed_epochs", 0)
         record = self.epochs.add(done, self.sampler.sample(), time.monotonic(),
                                  limits.cpu_seconds(self.group))  # fmt: skip
         if record is None:
-            return
-        kept = status.read(self.volume).get("gpu_use") or []
-        status.note(self.volume, gpu_use=[*kept, record][-utilisation.KEPT :])
+            return found
+        found["gpu_use"] = [*(state.get("gpu_use") or []), record][-utilisation.KEPT :]
         workers = int(store.prepared(self.runtime).get("workers", 0))
         line = utilisation.waiting(record, cost.price_now(self.volume), workers)
         if line and not self.said:
             self.said = True
             log.warning("%s", line)
+        return found
 
 
 def program(cfg: Config, runtime: Path) -> int:
@@ -196,13 +199,12 @@ def program(cfg: Config, runtime: Path) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     price = pricing.Pricing(cfg)
     told = False  # the first finished epoch's notice (at most once per run: notices)
-    gpus = Use(cfg, runtime)
+    gpus, measured = Use(cfg, runtime), {}
     while True:
         price.read(time.time())
-        state = refresh(cfg)
+        state = refresh(cfg, measured)
         training = state.get("training") or {}
-        if state.get("phase") == "training":
-            gpus.check(training.get("completed_epochs", 0))
+        measured = gpus.check(state) if state.get("phase") == "training" else {}
         if not told and 1 <= training.get("completed_epochs", 0) < training.get("total_epochs", 0):
             told = True  # in a thread: a slow service never delays a limit's check
             notices.aside(lambda: notices.tell(cfg.volume, cfg.run_dir, cfg.notify_events,

@@ -111,8 +111,11 @@ def test_each_epochs_gpu_use_is_kept_and_the_first_waiting_one_said_once(
     status.record(cfg.volume, "training", fresh=True, run="run")
     nvml = StandInNVML(busy=[[10, 30, 30, 50, 50, 95, 95, 95]], used=[[5, 6, 7, 8, 9, 9, 9, 9]])
     use = watchdog.Use(cfg, runtime, nvml)
+    measured: dict = {}
     for done in (0, 1, 1, 2, 2, 3, 3, 4):  # epochs 2 and 3 seen whole, then 4's start
-        use.check(done)
+        state = watchdog.refresh(cfg, measured)  # the program's one write per check
+        measured = use.check({**state, "training": {"completed_epochs": done}})
+    watchdog.refresh(cfg, measured)
     kept = status.read(cfg.volume)["gpu_use"]
     assert [(r["epoch"], r["busy"], r["gpus"][0]["memory_peak_bytes"]) for r in kept] == [
         (2, 0.3, 7), (3, 0.5, 9), (4, 0.95, 9)]  # fmt: skip
@@ -122,8 +125,5 @@ def test_each_epochs_gpu_use_is_kept_and_the_first_waiting_one_said_once(
     # 8 checks, each card 1 kJ more between them: 7 kJ counted since the first reading
     assert status.read(cfg.volume)["gpu_energy"] == {"joules": 7000.0, "gpus": 1}
     # Without NVML: nothing at all, never made-up figures.
-    status.note(cfg.volume, gpu_use=None)
     blind = watchdog.Use(cfg, runtime, StandInNVML([[0]], [[0]], init_fails=True))
-    for done in (0, 1, 2):
-        blind.check(done)
-    assert status.read(cfg.volume)["gpu_use"] is None
+    assert all(blind.check({"training": {"completed_epochs": done}}) == {} for done in (0, 1, 2))

@@ -10,6 +10,8 @@ import sys
 # their first instruction on (set later, after torch's import, a trainer starting under a 600 MB
 # limit grew past the job first, and the kernel killed the job: exit 137, no line).
 EXPENDABLE = ("train", "launch", "elastic", "check", "evaluate")
+# Then those supervisord starts again and that lose nothing by a kill (limits.expendable says why).
+RESTARTABLE = ("upload", "monitor")
 
 
 def main() -> None:
@@ -17,10 +19,10 @@ def main() -> None:
         from entrypoint.state.view import main as status
 
         sys.exit(status(sys.argv[2:]))
-    if sys.argv[1:2] and sys.argv[1] in EXPENDABLE:
-        from entrypoint.preflight.limits import expendable  # the standard library's alone
+    if sys.argv[1:2] and sys.argv[1] in EXPENDABLE + RESTARTABLE:
+        from entrypoint.preflight import limits  # the standard library's alone
 
-        expendable()
+        limits.expendable(limits.GROWS if sys.argv[1] in EXPENDABLE else limits.RESTARTS)
     from entrypoint.cli import main as cli
 
     cli()

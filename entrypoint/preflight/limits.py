@@ -149,9 +149,19 @@ def available(meminfo: Path = MEMINFO) -> int | None:
     return kib * 1024 if kib is not None else None
 
 
-def expendable(adj: Path = Path("/proc/self/oom_score_adj")) -> None:
-    """Make this process (and what it starts: its children inherit it) the kernel's first
-    choice when the container runs out of memory, never trainbox's own processes. Raising it
-    needs no privilege."""
+GROWS, RESTARTS = 1000, 900  # oom_score_adj: the kernel's first choice, then its second
+
+
+def expendable(score: int = GROWS, adj: Path = Path("/proc/self/oom_score_adj")) -> None:
+    """Make this process (and what it starts: its children inherit it) a choice of the kernel
+    when the container runs out of memory before trainbox's own processes: ``GROWS`` for those
+    that grow (the trainer), ``RESTARTS`` for those supervisord starts again and that lose
+    nothing (the uploader, the dashboard). Raising the score needs no privilege.
+
+    Why a second tier: the kernel can kill twice. Seen in CI (dmesg): 25 ms after it killed a
+    2.9 GB trainer, whose memory was not freed yet, the uploader's allocation found the limit
+    still full and the kernel killed the largest process left, the job (0.8 GB), which had no
+    line left to say. At 900 the uploader (90 MB) outranks the job at any limit trainbox
+    accepts (0.9 x 1.07 GB), and the trainer outranks the uploader whenever it is larger."""
     with contextlib.suppress(OSError):  # a kernel without it: the OOM killer goes by size alone
-        adj.write_text("1000")
+        adj.write_text(str(score))

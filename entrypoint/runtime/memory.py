@@ -7,8 +7,8 @@ while it failed is a kill. Where the kernel keeps no count (cgroup v1 before Lin
 process the job started itself that died of a SIGKILL nobody in trainbox sent counts instead.
 Which process the kernel chose: the trainer says when it lost a dataloader worker (PyTorch's
 ``DataLoader worker (pid N) is killed by signal``); otherwise it was the process itself, which
-``limits.expendable`` made the kernel's first choice, so that tini, the job, supervisord and
-the uploader live on to say it and to upload the last finished epoch.
+``limits.expendable`` made the kernel's first choice (the uploader its second), so that tini,
+the job and supervisord live on to say it and to upload the last finished epoch.
 """
 
 import re

@@ -119,9 +119,11 @@ def test_host_available_memory(tmp_path: Path) -> None:
 def test_expendable_raises_the_score(tmp_path: Path) -> None:
     adj = tmp_path / "oom_score_adj"
     adj.write_text("0\n")
-    limits.expendable(adj)
+    limits.expendable(adj=adj)
     assert adj.read_text() == "1000"
-    limits.expendable(tmp_path / "no" / "such")  # a kernel without it: nothing raised
+    limits.expendable(limits.RESTARTS, adj)
+    assert adj.read_text() == "900"
+    limits.expendable(adj=tmp_path / "no" / "such")  # a kernel without it: nothing raised
 
 
 def test_this_process_can_raise_its_own_score_and_children_inherit_it() -> None:
@@ -135,3 +137,22 @@ def test_this_process_can_raise_its_own_score_and_children_inherit_it() -> None:
             "text=True).stdout.strip())")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "1000"
+
+
+@pytest.mark.parametrize(("command", "score"), [("train", "1000"), ("evaluate", "1000"),
+                                                ("upload", "900"), ("monitor", "900"),
+                                                ("run", None), ("watchdog", None)])  # fmt: skip
+def test_each_program_takes_its_tier_before_its_command_runs(
+    command: str, score: str | None
+) -> None:
+    """The growers first, then what supervisord restarts; the job, supervisord and the watchdog
+    keep the score they were started with (None: this test's own). The command itself is
+    swapped for a probe that reads the score."""
+    import subprocess
+    import sys
+
+    code = ("import runpy, sys; import entrypoint.cli as cli; cli.main = lambda: print(open("
+            "'/proc/self/oom_score_adj').read().strip()); sys.argv = ['entrypoint', "
+            f"{command!r}]; runpy.run_module('entrypoint', run_name='__main__')")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == (score or Path("/proc/self/oom_score_adj").read_text().strip())

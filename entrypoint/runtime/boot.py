@@ -27,7 +27,7 @@ from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.gateways import hub, provider
 from entrypoint.preflight import check as preflight
 from entrypoint.preflight import limits
-from entrypoint.runtime import memory, pricing, processes, ssh, supervise, watchdog
+from entrypoint.runtime import memory, notices, pricing, processes, ssh, supervise, watchdog
 from entrypoint.settings import options
 from entrypoint.state import budget, snapshot, status, store
 from entrypoint.state.run import Prepared, Run
@@ -154,6 +154,8 @@ def resuming(boot: Boot) -> None:
         return
     status.record(cfg.volume, "resuming")
     boot.previous = resume.fetch(cfg)
+    if boot.previous:  # what an earlier machine's containers told the person
+        notices.remember(cfg.workspace, cfg.run_name, boot.previous.get("notified"))
     if progress.run_state(cfg.run_dir) == "completed":
         log.info("run %s already completed on %s: nothing to train (set RUN_NAME for a new "
                  "run)", cfg.run_name, cfg.output_repo)  # fmt: skip
@@ -217,6 +219,8 @@ def provenance(boot: Boot) -> None:
     kept = boot.previous or store.manifest(snapshot.folder(cfg.run_dir))
     for key in ("billed", "costs"):  # the run's earlier containers
         manifest[key] = kept.get(key, [])
+    if told := store.notified(cfg.workspace, cfg.run_name):
+        manifest["notified"] = told
     if boot.previous:
         resume.check_dataset(cfg.run_name, cfg.allow_dataset_change, boot.previous, manifest)
         if cfg.node_rank == 0:

@@ -17,7 +17,7 @@ from entrypoint.runtime import boot, ending, exits, notices, pricing
 from entrypoint.settings.config import Config
 from entrypoint.state import budget, status, store
 from entrypoint.state import run as this
-from entrypoint.training import progress
+from entrypoint.training import progress, publish
 from entrypoint.upload import results
 
 log = logging.getLogger("trainbox")
@@ -53,11 +53,12 @@ def _steps(started: boot.Boot) -> exits.Outcome:
 CARD_S = 30  # the longest the end waits for a Hub that cannot be asked, for the card
 
 
-def _card(run: this.Run, code: int) -> str | None:
+def _card(run: this.Run, code: int, *, manifest: bool = False) -> str | None:
     """The model card, at every end of a run that has trained (completed, stopped, budget,
     failed), on node 0 with OUTPUT_REPO; within what is left of STOP_GRACE after a stop. Its
     page, also in the status. Not after a final upload the Hub failed: a card cannot mend it,
-    and its wait for that Hub would bill (a test's run ended 60 s later)."""
+    and its wait for that Hub would bill (a test's run ended 60 s later). ``manifest``: the
+    run's manifest goes in the same commit (the end's NOTIFY record is in it)."""
     cfg = run.settings
     if not cfg.output_repo or cfg.node_rank != 0 or not progress.run_state(cfg.run_dir):
         return None
@@ -71,7 +72,8 @@ def _card(run: this.Run, code: int) -> str | None:
     pushed: list[str | None] = []
     # In a thread joined for ``wait`` at most: a request to a hung Hub never holds the exit.
     pushing = threading.Thread(target=lambda: pushed.append(results.push_run_card(
-        cfg.output_repo, cfg.run_dir, run.volume, wait=wait, ended=status.ended(code))),
+        cfg.output_repo, cfg.run_dir, run.volume, wait=wait, ended=status.ended(code),
+        manifest=manifest)),
         daemon=True)  # fmt: skip
     pushing.start()
     pushing.join(wait)
@@ -94,10 +96,12 @@ def _ended(started: boot.Boot, happened: exits.Outcome) -> int:
                   **({"reason": why} if why else {}))  # fmt: skip
     if happened.error is None:
         pricing.report(run.settings)  # what the machine cost; ON_EXIT acts after it
-    if page := _card(run, code):
+    event = _event(run, code, already=happened.early == ExitCode.OK)
+    if page := _card(run, code, manifest=event is not None):
         log.info("the model card: %s", page)
     last = _last_line(code, why, error=happened.error is not None)
-    _tell(run, code, last, already=happened.early == ExitCode.OK)
+    if event:
+        _tell(run, event, last)
     if happened.error is not None:
         return ending.failed(code, why)
     if why:  # the last line: why, and what to do
@@ -119,16 +123,26 @@ EVENTS = {ExitCode.OK: "completed", ExitCode.BUDGET: "budget", ExitCode.TIME_LIM
           ExitCode.STALLED: "watchdog", ExitCode.INTERRUPTED: "stopped"}  # fmt: skip
 
 
-def _tell(run: this.Run, code: int, line: str, *, already: bool) -> None:
-    """The person hears how the start ended: completed (unless the run had completed before
-    this start), a budget, a watchdog, a stop, or a failure for good; within what is left of
-    STOP_GRACE after a stop, NOTIFY's timeout at most."""
+def _event(run: this.Run, code: int, *, already: bool) -> str | None:
+    """The NOTIFY event of how the start ended, if it is due: completed (unless the run had
+    completed before this start), a budget, a watchdog, a stop, or a failure for good. Recorded
+    as had at once, and in the run's manifest, which the card's commit takes to the Hub."""
     cfg = run.settings
     event = EVENTS.get(code) or ("failed" if ending.for_good(code, cfg.workspace) else None)
     if event is None or (event == "completed" and already):
-        return
+        return None
+    if not notices.due(run.volume, cfg.run_name, cfg.notify_events, event):
+        return None
+    publish.record_notified(cfg.run_dir, store.notified(cfg.workspace, cfg.run_name))
+    return event
+
+
+def _tell(run: this.Run, event: str, line: str) -> None:
+    """The person hears how the start ended, within what is left of STOP_GRACE after a stop,
+    NOTIFY's timeout at most."""
+    cfg = run.settings
     hours = float(store.libreyolo_status(cfg.run_dir).get("total_seconds") or 0) / 3600
-    notices.tell(run.volume, cfg.run_dir, cfg.notify_events, event, line,
+    notices.send(run.volume, cfg.run_name, event, line,
                  timeout=max(1.0, min(notify.TIMEOUT_S, _left(run, notify.TIMEOUT_S))),
                  training_hours=hours or None)  # fmt: skip
 

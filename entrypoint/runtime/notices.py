@@ -8,8 +8,10 @@ the watchdog sees it), ``completed`` (the scores, epochs, hours, dollars, the ca
 or a preemption: the epoch it resumes from), and ``billing`` (the machine could not be
 stopped and stays up idle: at once, then every hour, with what it has cost since the run
 ended). Each but ``billing`` at most once per run, across the container's starts (the volume's
-``notified-RUN.json``, written before the send: at most once, never twice); a run already
-completed when a start begins says nothing new. Node 0 alone speaks for the job.
+``notified-RUN.json``, written before the send: at most once, never twice) and machines (the
+run's manifest carries the record to the Hub: each epoch's copy, the final upload, and the
+end's card commit for the end's own event; a resume takes it in); a run already completed
+when a start begins says nothing new. Node 0 alone speaks for the job.
 """
 
 import logging
@@ -92,21 +94,44 @@ def wanted(events: str, event: str) -> bool:
 
 def tell(volume: Volume, run_dir: Path, events: str, event: str, line: str = "", *,
          once: bool = True, timeout: float = notify.TIMEOUT_S, **facts: Any) -> bool:  # fmt: skip
-    """Send ``event``'s message if NOTIFY is set, NOTIFY_EVENTS wants it, this is node 0 and
-    (``once``) the run has not had it; within ``notify.TIMEOUT_S``. ``facts`` join the
-    status's for the text (``training_hours``). Whether it was sent."""
+    """Send ``event``'s message if it is ``due`` (``once``: not if the run has had it), within
+    ``notify.TIMEOUT_S``. ``facts`` join the status's for the text (``training_hours``).
+    Whether it was sent."""
+    if not due(volume, run_dir.name, events, event, once=once):
+        return False
+    send(volume, run_dir.name, event, line, timeout=timeout, **facts)
+    return True
+
+
+def due(volume: Volume, run: str, events: str, event: str, *, once: bool = True) -> bool:
+    """Whether ``event`` is to be sent: NOTIFY is set, NOTIFY_EVENTS wants it, this is node 0
+    and (``once``) the run has not had it, in which case it is recorded as had, before the
+    send: at most once, never twice."""
     if volume.node != 0 or not os.environ.get("NOTIFY", "").strip() or not wanted(events, event):
         return False
-    run = run_dir.name
     if once:
         told = store.notified(volume.root, run)
         if event in told:
             return False
         store.write_notified(volume.root, run, {**told, event: store.stamp()})
+    return True
+
+
+def send(volume: Volume, run: str, event: str, line: str = "", *,
+         timeout: float = notify.TIMEOUT_S, **facts: Any) -> None:  # fmt: skip
+    """``event``'s message to NOTIFY's URLs, its text from the status, ``facts`` and ``line``."""
     title, body = text(event, {**store.status(volume), **facts, "run": run}, line)
     answered = notify.send(title, body, timeout=timeout)
     log.info("NOTIFY: %s sent to %d of %d", event, sum(answered.values()), len(answered))
-    return True
+
+
+def remember(workspace: Path, run: str, told: dict[str, str] | None) -> None:
+    """Take in the events an earlier machine's containers sent for the run (its manifest on
+    the Hub keeps them), so that none is sent again here."""
+    here = store.notified(workspace, run)
+    merged = {**(told or {}), **here}
+    if merged != here:
+        store.write_notified(workspace, run, merged)
 
 
 def aside(work: Callable[[], Any]) -> None:

@@ -128,6 +128,14 @@ def record_final_cost(volume: Volume, run_dir: Path) -> dict[str, Any] | None:
     return spent
 
 
+def record_notified(run_dir: Path, told: dict[str, str]) -> None:
+    """Keep the NOTIFY events the run has had (``runtime.notices``) in its manifest, so that a
+    new machine that resumes it from the Hub does not send them again."""
+    manifest = store.manifest(folder(run_dir))
+    if manifest and told and manifest.get("notified") != told:
+        _rewrite(run_dir, {**manifest, "notified": told})
+
+
 def _keep(run_dir: Path, key: str, entry: dict[str, Any]) -> None:
     """One entry per container the run has had under ``key`` (a resumed run carries the
     earlier ones), this container's replaced."""
@@ -182,6 +190,8 @@ class Publisher:
                     self.volume, time.time(), training_over=False,
                     epoch_seconds=seconds)):  # fmt: skip
                 record_cost(run_dir, spent)
+            if self.volume:  # the watchdog's record (the first epoch's notice) goes up too
+                record_notified(run_dir, store.notified(self.volume.root, run_dir.name))
             publish(run_dir, epoch)
         except SourceChanged as err:
             follows = "the end of training's copy" if last else "the next epoch's copy"

@@ -45,25 +45,29 @@ def push_evaluation(output_repo: str, run_dir: Path, *, wait: float) -> bool:
 
 
 def push_run_card(output_repo: str, run_dir: Path, volume: Volume, *, wait: float,
-                  ended: str = "") -> str | None:  # fmt: skip
-    """``push_card`` with this run's record, its cost as the status has it."""
+                  ended: str = "", manifest: bool = False) -> str | None:  # fmt: skip
+    """``push_card`` with this run's record, its cost as the status has it; ``manifest``: the
+    run's manifest in the same commit (what the end recorded in it after the final upload)."""
     state = status.read(volume)
     mine = card.record(run_dir, snapshot.folder(run_dir), cost=state.get("cost"),
                        energy=state.get("gpu_energy"), ended=ended)  # fmt: skip
-    return push_card(output_repo, [mine], wait=wait)
+    kept = snapshot.folder(run_dir) / snapshot.MANIFEST
+    also = {f"{run_dir.name}/{snapshot.MANIFEST}": kept} if manifest and kept.is_file() else {}
+    return push_card(output_repo, [mine], wait=wait, also=also)
 
 
-def push_card(output_repo: str, runs: list[dict[str, Any]], *, wait: float) -> str | None:
-    """Write the repo's card with ``runs`` (their records) in it, keeping what a person wrote;
-    the page's URL, or None (said) when the Hub refused it or could not be asked. An unchanged
-    card is not committed again."""
+def push_card(output_repo: str, runs: list[dict[str, Any]], *, wait: float,
+              also: dict[str, Path | bytes] | None = None) -> str | None:  # fmt: skip
+    """Write the repo's card with ``runs`` (their records) in it, keeping what a person wrote,
+    and ``also`` (more files) in the same commit; the page's URL, or None (said) when the Hub
+    refused it or could not be asked. An unchanged card alone is not committed again."""
     try:
         held = hub.read(_target(output_repo, README), wait=wait)
         existing = held[0].decode(errors="replace") if held else None
         text = card.render(runs, output_repo, existing)
-        if text != existing:
-            hub.put(_target(output_repo), {README: text.encode()},
-                    f"{runs[-1]['name']}: model card", wait=wait)  # fmt: skip
+        files = {**({README: text.encode()} if text != existing else {}), **(also or {})}
+        if files:
+            hub.put(_target(output_repo), files, f"{runs[-1]['name']}: model card", wait=wait)
     except TrainboxError as err:
         log.warning("the model card was not written: %s; the weights are not affected", err)
         return None

@@ -38,7 +38,12 @@ from entrypoint.state import budget, status, store
 from entrypoint.state.snapshot import INDEX, MANIFEST, read_index
 from entrypoint.state.snapshot import folder as published
 from entrypoint.training import resume
-from entrypoint.training.publish import record_billing, record_final_cost, write_manifest
+from entrypoint.training.publish import (
+    record_billing,
+    record_final_cost,
+    record_notified,
+    write_manifest,
+)
 from entrypoint.upload import results
 
 log = logging.getLogger("trainbox")
@@ -250,6 +255,7 @@ def flush(dest: Uploads, uploader: Uploader | None = None, stopped_at: float | N
     if bill := budget.billed(dest.volume, time.time()):  # up to this upload
         record_billing(dest.run_dir, bill)
     record_final_cost(dest.volume, dest.run_dir)
+    record_notified(dest.run_dir, store.notified(dest.workspace, dest.run_name))
     outcome: list[bool] = []
 
     def attempts() -> None:

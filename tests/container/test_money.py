@@ -106,5 +106,9 @@ def _budget_then_again(image: str, volume: str, hub: Hub, money: dict, hook: Web
         assert "nothing was staged or trained" in logs
         assert len(hub.downloads("shapes.tar")) == downloads
         assert json.loads(hub.repos[f"models/{OUTPUT}"].files["run/index.json"])["epoch"] == done
+        # The first machine's messages are on the Hub with the run: none is sent again.
+        titles = [m["title"] for m in hook.messages]
+        assert titles.count("trainbox: run stopped at MAX_COST") == 1, titles
+        assert titles.count("trainbox: run is training") <= 1, titles
     finally:
         docker("volume", "rm", "--force", other)

@@ -16,6 +16,7 @@ from entrypoint.errors import ExitCode
 from tests.conftest import free_port
 from tests.container.conftest import OUTPUT, docker, in_volume, run_container
 from tests.standins.hub import GOOD_TOKEN, Fault, Hub
+from tests.standins.webhook import Webhook
 
 pytestmark = pytest.mark.container
 
@@ -166,8 +167,16 @@ def test_a_bad_token_stops_before_training(image: str, volume: str, hub: Hub) ->
 def test_docker_stop_pushes_the_last_epoch_and_a_new_volume_resumes_from_the_hub(
     image: str, volume: str, hub: Hub, tmp_path: Path
 ) -> None:
+    with Webhook() as hook:  # NOTIFY: each event once per run, across the machines too
+        _stop_then_resume(image, volume, hub, tmp_path, hook)
+    assert hook.titles() == ["trainbox: run is training", "trainbox: run stopped",
+                             "trainbox: run completed"], hook.messages  # fmt: skip
+
+
+def _stop_then_resume(image: str, volume: str, hub: Hub, tmp_path: Path, hook: Webhook) -> None:
     name = f"trainbox-stop-{volume[-8:]}"
-    flags = [f for k, v in env_for(hub, EPOCHS="50").items() for f in ("-e", f"{k}={v}")]
+    told = {"NOTIFY": hook.url}
+    flags = [f for k, v in env_for(hub, EPOCHS="50", **told).items() for f in ("-e", f"{k}={v}")]
     started = docker("run", "-d", "--name", name, "--network", "host", "-v",
                      f"{volume}:/workspace", *flags, image)  # fmt: skip
     assert started.returncode == 0, started.stderr
@@ -221,7 +230,7 @@ def test_docker_stop_pushes_the_last_epoch_and_a_new_volume_resumes_from_the_hub
                                 "<!-- trainbox:begin -->") + "\nA footer by hand.\n"  # fmt: skip
         hub.repos[f"models/{OUTPUT}"].commit({"README.md": edited.encode()})
         # A brand-new volume continues from the Hub's last.pt, not from epoch 1.
-        again = run_container(image, fresh[1], env=env_for(hub, EPOCHS="5"))
+        again = run_container(image, fresh[1], env=env_for(hub, EPOCHS="5", **told))
         assert again.returncode == 0, logs(again)[-4000:]
         assert f"resuming run run from the last.pt on {OUTPUT}" in logs(again)
         assert "epoch 5/5 done" in logs(again) and "epoch 1/5 done" not in logs(again)
@@ -229,7 +238,7 @@ def test_docker_stop_pushes_the_last_epoch_and_a_new_volume_resumes_from_the_hub
         assert "Notes by hand." in readme and readme.rstrip().endswith("A footer by hand.")
         assert "Not completed" not in readme and "| test | 8 |" in readme
         # Completed on the Hub: another new volume trains nothing.
-        done = run_container(image, fresh[2], env=env_for(hub, EPOCHS="5"))
+        done = run_container(image, fresh[2], env=env_for(hub, EPOCHS="5", **told))
         assert done.returncode == 0, logs(done)[-3000:]
         assert f"already completed on {OUTPUT}: nothing to train" in logs(done)
         assert "spawned: 'train'" not in logs(done)

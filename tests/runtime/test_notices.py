@@ -13,7 +13,8 @@ from entrypoint.gateways import notify
 from entrypoint.runtime import notices
 from entrypoint.settings import config
 from entrypoint.settings.launchers import Volume
-from entrypoint.state import status, store
+from entrypoint.state import snapshot, status, store
+from entrypoint.training import publish
 from tests.conftest import trainbox
 from tests.standins.webhook import Webhook
 
@@ -73,6 +74,27 @@ def test_once_per_run_across_restarts_and_only_what_notify_events_asks(
     assert hook.titles() == ["trainbox: run is training"] + 2 * ["trainbox: run: the machine "
                                                                  "still bills"]  # fmt: skip
     assert set(store.notified(tmp_path, "run")) == {"started"}
+
+
+def test_another_machines_record_from_the_hub_is_taken_in_and_goes_back_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new machine resumes the run from the Hub: the events its manifest records are not
+    sent again; this machine's own join them, and each epoch's manifest carries them all."""
+    monkeypatch.setenv("NOTIFY", "json://127.0.0.1:9/")  # never reached: nothing is due
+    volume, run_dir = Volume(tmp_path), tmp_path / "runs" / "run"
+    store.write_notified(tmp_path, "run", {"budget": "here"})
+    notices.remember(tmp_path, "run", {"started": "there", "budget": "there"})
+    assert store.notified(tmp_path, "run") == {"started": "there", "budget": "here"}
+    assert not notices.due(volume, "run", ALL, "started") and not notices.due(
+        volume, "run", ALL, "budget")  # fmt: skip
+    assert notices.due(volume, "run", ALL, "stopped")  # recorded as had before its send
+    published = snapshot.folder(run_dir)
+    published.mkdir(parents=True)
+    store.write_manifest(published, {"run": "run", "costs": []})
+    publish.record_notified(run_dir, store.notified(tmp_path, "run"))
+    assert set(store.manifest(published)["notified"]) == {"started", "budget", "stopped"}
+    assert store.manifest(published)["costs"] == []  # the rest of it kept
 
 
 def test_still_billing_is_said_at_once_then_every_hour() -> None:

@@ -222,3 +222,10 @@ def test_a_card_the_hub_refuses_is_one_line_and_nothing_else(
     commits = len(hub.repos[f"models/{REPO}"].commits)
     assert results.push_card(REPO, [mine], wait=5) == page
     assert len(hub.repos[f"models/{REPO}"].commits) == commits  # unchanged: not committed again
+    # The end's own record rides with the card: an unchanged card still commits it, alone.
+    also = {"run/manifest.json": b'{"notified": {"completed": "2026-12-07T03:00:00Z"}}'}
+    assert results.push_card(REPO, [mine], wait=5, also=also) == page
+    held = hub.repos[f"models/{REPO}"]
+    assert len(held.commits) == commits + 1 and held.files["run/manifest.json"] == also[
+        "run/manifest.json"]  # fmt: skip
+    assert held.files["README.md"].decode() == written

@@ -285,11 +285,11 @@ def evaluating(boot: Boot) -> None:
             or progress.run_state(cfg.run_dir) != "completed"):  # fmt: skip
         return
     status.record(cfg.volume, "evaluating")
-    code = processes.evaluate(run)
+    code = processes.evaluator(run)
     if code is None:
         log.warning("evaluation stopped: the run's outcome stands; a restart does not evaluate")
         return
-    if found := evaluation.read(cfg.run_dir):
+    if found := evaluation.held(cfg.run_dir):
         status.note(cfg.volume, evaluation={
             split: {"images": each["images"], **{k: each["metrics"][k]
                                                  for k in evaluation.HEADLINE

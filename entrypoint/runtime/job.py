@@ -133,7 +133,7 @@ def _event(run: this.Run, code: int, *, already: bool) -> str | None:
         return None
     if not notices.due(run.volume, cfg.run_name, cfg.notify_events, event):
         return None
-    publish.record_notified(cfg.run_dir, store.notified(cfg.workspace, cfg.run_name))
+    publish.keep(cfg.run_dir, notified=store.notified(cfg.workspace, cfg.run_name))
     return event
 
 

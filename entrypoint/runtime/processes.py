@@ -35,7 +35,7 @@ def preflight(run: Run) -> int:
     return subprocess.run(command, env=run.environ, check=False).returncode
 
 
-def evaluate(run: Run) -> int | None:
+def evaluator(run: Run) -> int | None:
     """``trainbox evaluate`` in its own process (its memory and CUDA context go with it); its
     exit code, or None when a stop signal came before or during it (kept, as a stop during
     training is, for the final steps' budget)."""

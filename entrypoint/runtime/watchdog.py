@@ -44,16 +44,19 @@ def verdict(cfg: Config, state: dict[str, Any], now: float | None = None) -> Tra
     phase = state.get("phase", "?")
     if phase not in status.ACTIVE:
         return None  # ended: the job settles it
-    running = store.age(state.get("started_at"), now)
+    over = _over_budget(cfg, state) if cfg.max_cost else None
+    running, quiet = (
+        store.age(state.get("started_at"), now),
+        store.age(state.get("progress_at"), now),
+    )
     if cfg.max_runtime and running is not None and running >= cfg.max_runtime:
         return TrainboxError(
             f"MAX_RUNTIME={cfg.max_runtime} s reached during {phase}: stopped{_kept(cfg, phase)};"
             " raise MAX_RUNTIME (or set 0) to train longer, a restart resumes",
             ExitCode.TIME_LIMIT,
         )
-    if cfg.max_cost and (error := _over_budget(cfg, state)):
-        return error
-    quiet = store.age(state.get("progress_at"), now)
+    if over:
+        return over
     if cfg.stall_timeout and quiet is not None and quiet >= cfg.stall_timeout:
         return TrainboxError(
             f"no progress for {quiet:.0f} s during {phase} (STALL_TIMEOUT={cfg.stall_timeout}): "

@@ -93,7 +93,8 @@ def update_status(volume: Volume, change: Callable[[dict[str, Any]], dict[str, A
     without the lock lost the other's update."""
     file = status_path(volume)
     with _locked(file):
-        _write(file, change(read_json(file)))
+        state = read_json(file)
+        _write(file, change(state))
 
 
 @contextmanager

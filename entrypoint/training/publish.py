@@ -108,42 +108,37 @@ def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
     store.write_manifest(folder(run_dir), manifest)
 
 
-def record_billing(run_dir: Path, bill: dict[str, Any]) -> None:
-    """Keep this container's billed idle seconds (``budget.billed``) in the run's manifest."""
-    _keep(run_dir, "billed", bill)
-
-
-def record_cost(run_dir: Path, spent: dict[str, Any]) -> None:
-    """Keep what this container has cost (``cost.container``) in the run's manifest."""
-    _keep(run_dir, "costs", spent)
-
-
-def record_final_cost(volume: Volume, run_dir: Path) -> dict[str, Any] | None:
-    """This container's cost at its end (``record_cost``), its last epoch's seconds from
-    LibreYOLO's status; the entry, or None while no price is known."""
-    seconds = progress.training(run_dir)[0].get("epoch_seconds")
-    spent = cost.container(volume, time.time(), training_over=True, epoch_seconds=seconds)
-    if spent:
-        record_cost(run_dir, spent)
-    return spent
-
-
-def record_notified(run_dir: Path, told: dict[str, str]) -> None:
-    """Keep the NOTIFY events the run has had (``runtime.notices``) in its manifest, so that a
-    new machine that resumes it from the Hub does not send them again."""
-    manifest = store.manifest(folder(run_dir))
-    if manifest and told and manifest.get("notified") != told:
-        _rewrite(run_dir, {**manifest, "notified": told})
-
-
-def _keep(run_dir: Path, key: str, entry: dict[str, Any]) -> None:
-    """One entry per container the run has had under ``key`` (a resumed run carries the
-    earlier ones), this container's replaced."""
+def keep(
+    run_dir: Path,
+    *,
+    billed: dict[str, Any] | None = None,
+    costs: dict[str, Any] | None = None,
+    notified: dict[str, str] | None = None,
+) -> None:
+    """Keep in the run's manifest, in one rewrite: this container's billed idle seconds
+    (``budget.billed``) and its cost (``cost.container``), one entry per container the run has
+    had (a resumed run carries the earlier ones, this container's is replaced), and the NOTIFY
+    events the run has had (``runtime.notices``: a new machine that resumes it from the Hub
+    does not send them again). Nothing before the manifest exists."""
     if not (manifest := store.manifest(folder(run_dir))):
         return
-    earlier = [e for e in manifest.get(key, [])
-               if e.get("container_started") != entry["container_started"]]  # fmt: skip
-    _rewrite(run_dir, {**manifest, key: [*earlier, entry]})
+    kept = dict(manifest)
+    for key, entry in (("billed", billed), ("costs", costs)):
+        if entry:
+            mine = entry["container_started"]
+            earlier = [e for e in manifest.get(key, []) if e.get("container_started") != mine]
+            kept[key] = [*earlier, entry]
+    if notified:
+        kept["notified"] = notified
+    if kept != manifest:
+        _rewrite(run_dir, kept)
+
+
+def final_cost(volume: Volume, run_dir: Path, now: float) -> dict[str, Any] | None:
+    """This container's cost at its end, its last epoch's seconds from LibreYOLO's status;
+    None while no price is known."""
+    seconds = progress.training(run_dir)[0].get("epoch_seconds")
+    return cost.container(volume, now, training_over=True, epoch_seconds=seconds)
 
 
 def _rewrite(run_dir: Path, manifest: dict[str, Any]) -> None:
@@ -186,12 +181,11 @@ class Publisher:
     def _publish(self, run_dir: Path, epoch: int, last: bool = False,
                  seconds: float | None = None) -> None:  # fmt: skip
         try:
-            if self.volume and (spent := cost.container(
-                    self.volume, time.time(), training_over=False,
-                    epoch_seconds=seconds)):  # fmt: skip
-                record_cost(run_dir, spent)
-            if self.volume:  # the watchdog's record (the first epoch's notice) goes up too
-                record_notified(run_dir, store.notified(self.volume.root, run_dir.name))
+            if self.volume:  # the cost so far, and the watchdog's first epoch's notice
+                spent = cost.container(self.volume, time.time(), training_over=False,
+                                       epoch_seconds=seconds)  # fmt: skip
+                keep(run_dir, costs=spent,
+                       notified=store.notified(self.volume.root, run_dir.name))  # fmt: skip
             publish(run_dir, epoch)
         except SourceChanged as err:
             follows = "the end of training's copy" if last else "the next epoch's copy"

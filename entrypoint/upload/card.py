@@ -67,7 +67,7 @@ def record(run_dir: Path, published: Path, *, cost: dict[str, Any] | None = None
     kept = (*evaluation.headline(task), "metrics/best_conf")  # the files keep every metric
     scores = {split: {"images": found["images"], "checkpoint_sha256": found["checkpoint_sha256"],
                       "metrics": {k: v for k, v in found["metrics"].items() if k in kept}}
-              for split, found in evaluation.read(run_dir).items()}  # fmt: skip
+              for split, found in evaluation.held(run_dir).items()}  # fmt: skip
     found = {
         "name": run_dir.name,
         "state": _state(theirs.get("state", "not started"), ended),

@@ -38,12 +38,7 @@ from entrypoint.state import budget, status, store
 from entrypoint.state.snapshot import INDEX, MANIFEST, read_index
 from entrypoint.state.snapshot import folder as published
 from entrypoint.training import resume
-from entrypoint.training.publish import (
-    record_billing,
-    record_final_cost,
-    record_notified,
-    write_manifest,
-)
+from entrypoint.training.publish import final_cost, keep, write_manifest
 from entrypoint.upload import results
 
 log = logging.getLogger("trainbox")
@@ -251,11 +246,11 @@ def flush(dest: Uploads, uploader: Uploader | None = None, stopped_at: float | N
     uploader = uploader or Uploader(dest)
     deadline = time.monotonic() + budget.flush_left(dest.stop_grace, stopped_at)
     log.info("final upload to %s ...", dest.output_repo)
+    now = time.time()  # the cost and the bill up to this upload; NOTIFY's record
+    spent = final_cost(dest.volume, dest.run_dir, now)
+    bill, told = budget.billed(dest.volume, now), store.notified(dest.workspace, dest.run_name)
     status.record(dest.volume, "uploading")
-    if bill := budget.billed(dest.volume, time.time()):  # up to this upload
-        record_billing(dest.run_dir, bill)
-    record_final_cost(dest.volume, dest.run_dir)
-    record_notified(dest.run_dir, store.notified(dest.workspace, dest.run_name))
+    keep(dest.run_dir, billed=bill, costs=spent, notified=told)
     outcome: list[bool] = []
 
     def attempts() -> None:

@@ -92,7 +92,7 @@ def test_another_machines_record_from_the_hub_is_taken_in_and_goes_back_up(
     published = snapshot.folder(run_dir)
     published.mkdir(parents=True)
     store.write_manifest(published, {"run": "run", "costs": []})
-    publish.record_notified(run_dir, store.notified(tmp_path, "run"))
+    publish.keep(run_dir, notified=store.notified(tmp_path, "run"))
     assert set(store.manifest(published)["notified"]) == {"started", "budget", "stopped"}
     assert store.manifest(published)["costs"] == []  # the rest of it kept
 

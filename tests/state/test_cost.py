@@ -60,7 +60,7 @@ def test_a_restarted_run_sums_every_container_and_projects_the_epochs_left(tmp_p
     ]})  # fmt: skip
     started(tmp_path, first_step=T0 + 180, last_step=T0 + 1800)
     cost.note_price(Volume(tmp_path), 1.20, "vast.ai", T0 + 1)
-    publish.record_cost(run_dir, cost.container(Volume(tmp_path), T0 + 1800, training_over=False))
+    publish.keep(run_dir, costs=cost.container(Volume(tmp_path), T0 + 1800, training_over=False))
     manifest = store.manifest(publish.folder(run_dir))
     assert [e["container_started"] for e in manifest["costs"]] == ["first", "second",
                                                                    store.stamp(T0)]  # fmt: skip

@@ -203,7 +203,10 @@ def test_a_parallel_staging_killed_midway_resumes_each_shard_at_its_own_checkpoi
     hub: Hub, tmp_path: Path
 ) -> None:
     folder = many_shards(hub, tmp_path, count=6, size=4 * MIB)
-    hub.rate = 1_000_000  # per connection: about 4 s a shard
+    # Per connection: about 8 s a shard, so that four shards are past 1.5 MB and not done for
+    # about 5 s (at 4 s a shard, a 2.5 s window less the checkpoints' second: once, on a 2-core
+    # machine loaded by two test runs, the staging ended before the test saw four of them).
+    hub.rate = 500_000
     workspace = tmp_path / "ws"
     env = {**os.environ, **env_for(hub, workspace, STAGE_CHECKPOINT="1", STAGE_PARALLEL="4")}
     resume_file = workspace / "data" / ".big.partial" / ".trainbox-resume.json"

@@ -17,7 +17,7 @@ from entrypoint.runtime import boot, ending, exits, notices, pricing
 from entrypoint.settings.config import Config
 from entrypoint.state import budget, status, store
 from entrypoint.state import run as this
-from entrypoint.training import progress, publish
+from entrypoint.training import progress
 from entrypoint.upload import results
 
 log = logging.getLogger("trainbox")
@@ -53,12 +53,12 @@ def _steps(started: boot.Boot) -> exits.Outcome:
 CARD_S = 30  # the longest the end waits for a Hub that cannot be asked, for the card
 
 
-def _card(run: this.Run, code: int, *, manifest: bool = False) -> str | None:
+def _card(run: this.Run, code: int, *, notified: dict[str, str] | None = None) -> str | None:
     """The model card, at every end of a run that has trained (completed, stopped, budget,
     failed), on node 0 with OUTPUT_REPO; within what is left of STOP_GRACE after a stop. Its
     page, also in the status. Not after a final upload the Hub failed: a card cannot mend it,
-    and its wait for that Hub would bill (a test's run ended 60 s later). ``manifest``: the
-    run's manifest goes in the same commit (the end's NOTIFY record is in it)."""
+    and its wait for that Hub would bill (a test's run ended 60 s later). ``notified``: the
+    NOTIFY record, in the same commit (the end's own event is in it)."""
     cfg = run.settings
     if not cfg.output_repo or cfg.node_rank != 0 or not progress.run_state(cfg.run_dir):
         return None
@@ -73,7 +73,7 @@ def _card(run: this.Run, code: int, *, manifest: bool = False) -> str | None:
     # In a thread joined for ``wait`` at most: a request to a hung Hub never holds the exit.
     pushing = threading.Thread(target=lambda: pushed.append(results.push_run_card(
         cfg.output_repo, cfg.run_dir, run.volume, wait=wait, ended=status.ended(code),
-        manifest=manifest)),
+        notified=notified)),
         daemon=True)  # fmt: skip
     pushing.start()
     pushing.join(wait)
@@ -97,7 +97,8 @@ def _ended(started: boot.Boot, happened: exits.Outcome) -> int:
     if happened.error is None:
         pricing.report(run.settings)  # what the machine cost; ON_EXIT acts after it
     event = _event(run, code, already=happened.early == ExitCode.OK)
-    if page := _card(run, code, manifest=event is not None):
+    told = store.notified(run.settings.workspace, run.settings.run_name) if event else None
+    if page := _card(run, code, notified=told):
         log.info("the model card: %s", page)
     last = _last_line(code, why, error=happened.error is not None)
     if event:
@@ -126,15 +127,12 @@ EVENTS = {ExitCode.OK: "completed", ExitCode.BUDGET: "budget", ExitCode.TIME_LIM
 def _event(run: this.Run, code: int, *, already: bool) -> str | None:
     """The NOTIFY event of how the start ended, if it is due: completed (unless the run had
     completed before this start), a budget, a watchdog, a stop, or a failure for good. Recorded
-    as had at once, and in the run's manifest, which the card's commit takes to the Hub."""
+    as had at once; the card's commit takes the record to the Hub."""
     cfg = run.settings
     event = EVENTS.get(code) or ("failed" if ending.for_good(code, cfg.workspace) else None)
     if event is None or (event == "completed" and already):
         return None
-    if not notices.due(run.volume, cfg.run_name, cfg.notify_events, event):
-        return None
-    publish.keep(cfg.run_dir, notified=store.notified(cfg.workspace, cfg.run_name))
-    return event
+    return event if notices.due(run.volume, cfg.run_name, cfg.notify_events, event) else None
 
 
 def _tell(run: this.Run, event: str, line: str) -> None:

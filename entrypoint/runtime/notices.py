@@ -9,8 +9,9 @@ or a preemption: the epoch it resumes from), and ``billing`` (the machine could 
 stopped and stays up idle: at once, then every hour, with what it has cost since the run
 ended). Each but ``billing`` at most once per run, across the container's starts (the volume's
 ``notified-RUN.json``, written before the send: at most once, never twice) and machines (the
-run's manifest carries the record to the Hub: each epoch's copy, the final upload, and the
-end's card commit for the end's own event; a resume takes it in); a run already completed
+run's manifest carries the record to the Hub with each epoch's copy and the final upload; the
+end's own event goes up as ``RUN/notified.json`` in the card's commit; a resume takes both
+in); a run already completed
 when a start begins says nothing new. Node 0 alone speaks for the job.
 """
 

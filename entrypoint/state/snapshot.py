@@ -7,6 +7,7 @@ from typing import Any
 from entrypoint.state import store
 
 INDEX, MANIFEST = store.INDEX, store.MANIFEST  # their names on the Hub too
+NOTIFIED = "notified.json"  # on the Hub only: the NOTIFY events the run had, its card's commit
 
 
 def folder(run_dir: Path) -> Path:

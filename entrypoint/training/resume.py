@@ -21,7 +21,7 @@ from entrypoint.gateways import hub
 from entrypoint.settings import options
 from entrypoint.settings.config import Config
 from entrypoint.state import store
-from entrypoint.state.snapshot import INDEX, MANIFEST
+from entrypoint.state.snapshot import INDEX, MANIFEST, NOTIFIED
 from entrypoint.state.snapshot import folder as published
 from entrypoint.training.progress import run_state
 
@@ -112,7 +112,8 @@ def hub_epoch(output_repo: str, run_name: str, *, wait: float) -> tuple[int, str
 def fetch(cfg: Config) -> dict[str, Any] | None:
     """With OUTPUT_REPO, before training: compare the run on the Hub with this volume's, and
     take the Hub's last.pt when it is later (on several machines, always: every rank then
-    starts from the same one). Returns the run's manifest on the Hub, None for a new run.
+    starts from the same one). Returns the run's manifest on the Hub (with the NOTIFY record
+    its card's commit left beside it), None for a new run.
 
     Only a definite answer (the repo or the run is not there) means a new run; a Hub that
     cannot be asked for HUB_WAIT seconds ends the run with exit 5, before anything is trained
@@ -139,7 +140,11 @@ def fetch(cfg: Config) -> dict[str, Any] | None:
     elif here:
         log.info("resuming run %s from this volume (epoch %d; the Hub holds %d)", cfg.run_name,
                  here, held)  # fmt: skip
-    return json.loads(manifest[0]) if manifest else None
+    kept = json.loads(manifest[0]) if manifest else None
+    if kept is not None and (told := hub.read(_on_hub(cfg.output_repo, cfg.run_name, NOTIFIED),
+                                              wait=cfg.hub_wait)):  # fmt: skip
+        kept["notified"] = {**kept.get("notified", {}), **json.loads(told[0])}  # the end's too
+    return kept
 
 
 def _take(cfg: Config, commit: str | None, held: int, here: int) -> None:

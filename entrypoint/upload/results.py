@@ -6,6 +6,7 @@ README.md"): in a commit of its own, a refused card never holds back a checkpoin
 refusal is one warning line with the Hub's words; the run's exit code stays as it was.
 """
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -44,15 +45,24 @@ def push_evaluation(output_repo: str, run_dir: Path, *, wait: float) -> bool:
     return True
 
 
-def push_run_card(output_repo: str, run_dir: Path, volume: Volume, *, wait: float,
-                  ended: str = "", manifest: bool = False) -> str | None:  # fmt: skip
-    """``push_card`` with this run's record, its cost as the status has it; ``manifest``: the
-    run's manifest in the same commit (what the end recorded in it after the final upload)."""
+def push_run_card(
+    output_repo: str,
+    run_dir: Path,
+    volume: Volume,
+    *,
+    wait: float,
+    ended: str = "",
+    notified: dict[str, str] | None = None,
+) -> str | None:
+    """``push_card`` with this run's record, its cost as the status has it; ``notified``: the
+    NOTIFY events the run has had, as ``RUN/notified.json`` in the same commit (the end's own
+    event comes after the final upload; outside the published index, which the ledger and
+    ``ON_EXIT``'s check of the Hub keep to the uploader's commits)."""
     state = status.read(volume)
     mine = card.record(run_dir, snapshot.folder(run_dir), cost=state.get("cost"),
                        energy=state.get("gpu_energy"), ended=ended)  # fmt: skip
-    kept = snapshot.folder(run_dir) / snapshot.MANIFEST
-    also = {f"{run_dir.name}/{snapshot.MANIFEST}": kept} if manifest and kept.is_file() else {}
+    told = json.dumps(notified, indent=2).encode() if notified else None
+    also: dict[str, Path | bytes] = {f"{run_dir.name}/{snapshot.NOTIFIED}": told} if told else {}
     return push_card(output_repo, [mine], wait=wait, also=also)
 
 

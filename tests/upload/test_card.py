@@ -223,9 +223,9 @@ def test_a_card_the_hub_refuses_is_one_line_and_nothing_else(
     assert results.push_card(REPO, [mine], wait=5) == page
     assert len(hub.repos[f"models/{REPO}"].commits) == commits  # unchanged: not committed again
     # The end's own record rides with the card: an unchanged card still commits it, alone.
-    also = {"run/manifest.json": b'{"notified": {"completed": "2026-12-07T03:00:00Z"}}'}
+    also = {"run/notified.json": b'{"completed": "2026-12-07T03:00:00Z"}'}
     assert results.push_card(REPO, [mine], wait=5, also=also) == page
     held = hub.repos[f"models/{REPO}"]
-    assert len(held.commits) == commits + 1 and held.files["run/manifest.json"] == also[
-        "run/manifest.json"]  # fmt: skip
+    assert len(held.commits) == commits + 1 and held.files["run/notified.json"] == also[
+        "run/notified.json"]  # fmt: skip
     assert held.files["README.md"].decode() == written

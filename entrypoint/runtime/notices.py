@@ -11,8 +11,8 @@ ended). Each but ``billing`` at most once per run, across the container's starts
 ``notified-RUN.json``, written before the send: at most once, never twice) and machines (the
 run's manifest carries the record to the Hub with each epoch's copy and the final upload; the
 end's own event goes up as ``RUN/notified.json`` in the card's commit; a resume takes both
-in); a run already completed
-when a start begins says nothing new. Node 0 alone speaks for the job.
+in); a run already completed when a start begins says nothing new. Node 0 alone speaks for
+the job.
 """
 
 import logging

@@ -226,7 +226,7 @@ def provenance(boot: Boot) -> None:
         if cfg.node_rank == 0:
             upload.prepare(upload.Uploads.of(cfg), manifest)  # writes it here too
     else:
-        publish.write_manifest(cfg.run_dir, manifest)
+        snapshot.write_manifest(cfg.run_dir, manifest)
 
 
 def supervision(boot: Boot) -> None:
@@ -289,7 +289,7 @@ def evaluating(boot: Boot) -> None:
     if code is None:
         log.warning("evaluation stopped: the run's outcome stands; a restart does not evaluate")
         return
-    if found := evaluation.held(cfg.run_dir):
+    if found := store.evaluations(cfg.run_dir / evaluation.FOLDER):
         status.note(cfg.volume, evaluation={
             split: {"images": each["images"], **{k: each["metrics"][k]
                                                  for k in evaluation.HEADLINE

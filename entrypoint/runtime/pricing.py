@@ -120,7 +120,7 @@ def _report_billing(cfg: Config) -> None:
     if cfg.output_repo:  # the published folder stays what the Hub holds
         bill = _uploaded_bill(cfg) or budget.billed(cfg.volume, time.time())
     elif bill := budget.billed(cfg.volume, time.time()):
-        publish.keep(cfg.run_dir, billed=bill)
+        snapshot.keep(cfg.run_dir, billed=bill)
     if bill:
         status.note(cfg.volume, billed=bill)
         log.info(view.billed_line(bill))
@@ -134,7 +134,7 @@ def _report_cost(cfg: Config) -> None:
         mine = cost.container(cfg.volume, now, training_over=True)
     else:
         mine = publish.final_cost(cfg.volume, cfg.run_dir, now)
-        publish.keep(cfg.run_dir, costs=mine)
+        snapshot.keep(cfg.run_dir, costs=mine)
     if mine is None:
         return
     state = status.read(cfg.volume)  # LibreYOLO's last fields over the watchdog's copy

@@ -304,6 +304,11 @@ def evaluation(folder: Path, split: str) -> dict[str, Any]:
     return read_json(folder / f"{split}.json")
 
 
+def evaluations(folder: Path) -> dict[str, dict[str, Any]]:
+    """The scores an ``evaluation/`` folder holds, by split: the test split's first."""
+    return {split: found for split in ("test", "val") if (found := evaluation(folder, split))}
+
+
 def write_evaluation(folder: Path, split: str, result: dict[str, Any]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     _write(folder / f"{split}.json", result)

@@ -114,18 +114,12 @@ def splits(data: Path, choice: str) -> list[str]:
     return wanted
 
 
-def held(run_dir: Path) -> dict[str, dict[str, Any]]:
-    """The evaluations the run folder holds, by split."""
-    return {split: found for split in ("test", "val")
-            if (found := store.evaluation(run_dir / FOLDER, split))}  # fmt: skip
-
-
 def evaluate(plan: Plan) -> dict[str, dict[str, Any]]:
     """Evaluate ``best.pt`` on each split not yet evaluated for it; the results by split.
     Raises what LibreYOLO raises: the caller turns it into one line."""
     best = checkpoint(plan.run_dir)
     if not best.is_file() or plan.choice == "none":
-        return held(plan.run_dir)
+        return store.evaluations(plan.run_dir / FOLDER)
     digest, out = sha256(best), plan.run_dir / FOLDER
     todo = [split for split in splits(plan.data, plan.choice)
             if store.evaluation(out, split).get("checkpoint_sha256") != digest]  # fmt: skip
@@ -136,7 +130,7 @@ def evaluate(plan: Plan) -> dict[str, dict[str, Any]]:
         for split in todo:
             store.write_evaluation(out, split, _one(model, plan, split, digest))
     draw_curves(plan.run_dir)
-    return held(plan.run_dir)
+    return store.evaluations(plan.run_dir / FOLDER)
 
 
 def _one(model: Any, plan: Plan, split: str, digest: str) -> dict[str, Any]:

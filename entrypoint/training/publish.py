@@ -28,7 +28,7 @@ from typing import Any
 from entrypoint.files import SourceChanged, copy_atomic, sha256
 from entrypoint.settings.launchers import Volume
 from entrypoint.state import cost, store
-from entrypoint.state.snapshot import MANIFEST, folder, read_index
+from entrypoint.state.snapshot import MANIFEST, folder, keep, read_index, write_index
 from entrypoint.training import progress
 
 log = logging.getLogger("trainbox")
@@ -67,12 +67,8 @@ def publish(run_dir: Path, epoch: int, *, failed: bool = False) -> dict[str, Any
     if (out / MANIFEST).is_file():
         files[MANIFEST] = sha256(out / MANIFEST)
     index = {"epoch": epoch, "files": files}
-    _write_index(run_dir, index)
+    write_index(run_dir, index)
     return index
-
-
-def _write_index(run_dir: Path, index: dict[str, Any]) -> None:
-    store.write_index(folder(run_dir), index)
 
 
 def _same(source: Path, target: Path) -> bool:
@@ -103,52 +99,11 @@ def provenance(cfg: Any, verdict: dict[str, Any], dataset: dict[str, Any] | None
     }
 
 
-def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
-    """The run's provenance, published beside its weights (never a secret in it)."""
-    store.write_manifest(folder(run_dir), manifest)
-
-
-def keep(
-    run_dir: Path,
-    *,
-    billed: dict[str, Any] | None = None,
-    costs: dict[str, Any] | None = None,
-    notified: dict[str, str] | None = None,
-) -> None:
-    """Keep in the run's manifest, in one rewrite: this container's billed idle seconds
-    (``budget.billed``) and its cost (``cost.container``), one entry per container the run has
-    had (a resumed run carries the earlier ones, this container's is replaced), and the NOTIFY
-    events the run has had (``runtime.notices``: a new machine that resumes it from the Hub
-    does not send them again). Nothing before the manifest exists."""
-    if not (manifest := store.manifest(folder(run_dir))):
-        return
-    kept = dict(manifest)
-    for key, entry in (("billed", billed), ("costs", costs)):
-        if entry:
-            mine = entry["container_started"]
-            earlier = [e for e in manifest.get(key, []) if e.get("container_started") != mine]
-            kept[key] = [*earlier, entry]
-    if notified:
-        kept["notified"] = notified
-    if kept != manifest:
-        _rewrite(run_dir, kept)
-
-
 def final_cost(volume: Volume, run_dir: Path, now: float) -> dict[str, Any] | None:
     """This container's cost at its end, its last epoch's seconds from LibreYOLO's status;
     None while no price is known."""
     seconds = progress.training(run_dir)[0].get("epoch_seconds")
     return cost.container(volume, now, training_over=True, epoch_seconds=seconds)
-
-
-def _rewrite(run_dir: Path, manifest: dict[str, Any]) -> None:
-    """The manifest replaced; when published, indexed anew for the uploader to push."""
-    file = folder(run_dir) / MANIFEST
-    write_manifest(run_dir, manifest)
-    index = read_index(run_dir)
-    if MANIFEST in index["files"]:  # published: the uploader pushes the new one
-        index["files"][MANIFEST] = sha256(file)
-        _write_index(run_dir, index)
 
 
 class Publisher:

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from entrypoint.settings import config as settings
+from entrypoint.settings.launchers import Volume
 from entrypoint.state import store
 from entrypoint.training import evaluation
 
@@ -53,21 +54,25 @@ def _classes(data: str | None) -> list[str]:
         str(n) for n in names]  # fmt: skip
 
 
-def record(run_dir: Path, published: Path, *, cost: dict[str, Any] | None = None,
-           energy: dict[str, Any] | None = None, ended: str = "") -> dict:  # fmt: skip
-    """One run's record for the card, from the volume: LibreYOLO's status and train_config,
-    the run's manifest (versions, hardware, dataset, settings), its evaluation, its cost and
-    the GPUs' energy in training (the status's ``cost`` and ``gpu_energy``, when known).
-    ``ended``: how trainbox saw the container end, when LibreYOLO's word is not the whole
-    story (a stop is its ``failed``)."""
+def record(run_dir: Path, volume: Volume, ended: str = "") -> dict:
+    """One run's record for the card, from the volume, read first: its evaluation, LibreYOLO's
+    status and train_config, the run's manifest (versions, hardware, dataset, settings), and
+    when the container's status is about this run, its cost and the GPUs' energy in training
+    (the status's ``cost`` and ``gpu_energy``, when known). ``ended``: how trainbox saw the
+    container end, when LibreYOLO's word is not the whole story (a stop is its ``failed``)."""
+    evaluated = store.evaluations(run_dir / evaluation.FOLDER)
+    published = store.published_folder(run_dir.parent.parent, run_dir.name)
     theirs, manifest = store.libreyolo_status(run_dir), store.manifest(published)
     trained = store.libreyolo_train_config(run_dir)
+    state = store.status(volume)
+    cost, energy = (state.get("cost"), state.get("gpu_energy")) if state.get(
+        "run") == run_dir.name else (None, None)  # fmt: skip
     chosen = manifest.get("settings", {})
     task = theirs.get("task", "detect")
     kept = (*evaluation.headline(task), "metrics/best_conf")  # the files keep every metric
     scores = {split: {"images": found["images"], "checkpoint_sha256": found["checkpoint_sha256"],
                       "metrics": {k: v for k, v in found["metrics"].items() if k in kept}}
-              for split, found in evaluation.held(run_dir).items()}  # fmt: skip
+              for split, found in evaluated.items()}  # fmt: skip
     found = {
         "name": run_dir.name,
         "state": _state(theirs.get("state", "not started"), ended),
@@ -415,13 +420,7 @@ def _runs(runs: list[dict]) -> str:
 def volume_records(workspace: Path) -> list[dict]:
     """The records of every run on a volume, the oldest first; the status's cost and energy go
     to the run it is about."""
-    from entrypoint.settings.launchers import Volume
-
-    state = store.status(Volume(workspace, 0))
     runs = [d for d in sorted((workspace / "runs").glob("*"))
             if store.libreyolo_status(d)]  # fmt: skip
-    found = [record(d, store.published_folder(workspace, d.name),
-                    **({"cost": state.get("cost"), "energy": state.get("gpu_energy")}
-                       if state.get("run") == d.name else {}))
-             for d in runs]  # fmt: skip
+    found = [record(d, Volume(workspace, 0)) for d in runs]
     return sorted(found, key=lambda r: r["date"])

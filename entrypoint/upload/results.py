@@ -14,7 +14,7 @@ from typing import Any
 from entrypoint.errors import TrainboxError
 from entrypoint.gateways import hub
 from entrypoint.settings.launchers import Volume
-from entrypoint.state import snapshot, status
+from entrypoint.state import snapshot
 from entrypoint.training import evaluation
 from entrypoint.upload import card
 
@@ -54,13 +54,11 @@ def push_run_card(
     ended: str = "",
     notified: dict[str, str] | None = None,
 ) -> str | None:
-    """``push_card`` with this run's record, its cost as the status has it; ``notified``: the
+    """``push_card`` with this run's record (``card.record``); ``notified``: the
     NOTIFY events the run has had, as ``RUN/notified.json`` in the same commit (the end's own
     event comes after the final upload; outside the published index, which the ledger and
     ``ON_EXIT``'s check of the Hub keep to the uploader's commits)."""
-    state = status.read(volume)
-    mine = card.record(run_dir, snapshot.folder(run_dir), cost=state.get("cost"),
-                       energy=state.get("gpu_energy"), ended=ended)  # fmt: skip
+    mine = card.record(run_dir, volume, ended)
     told = json.dumps(notified, indent=2).encode() if notified else None
     also: dict[str, Path | bytes] = {f"{run_dir.name}/{snapshot.NOTIFIED}": told} if told else {}
     return push_card(output_repo, [mine], wait=wait, also=also)

@@ -35,10 +35,10 @@ from entrypoint.gateways import hub
 from entrypoint.settings.config import Config
 from entrypoint.settings.launchers import Volume
 from entrypoint.state import budget, status, store
-from entrypoint.state.snapshot import INDEX, MANIFEST, read_index
+from entrypoint.state.snapshot import INDEX, MANIFEST, keep, read_index, write_manifest
 from entrypoint.state.snapshot import folder as published
 from entrypoint.training import resume
-from entrypoint.training.publish import final_cost, keep, write_manifest
+from entrypoint.training.publish import final_cost
 from entrypoint.upload import results
 
 log = logging.getLogger("trainbox")
@@ -244,11 +244,11 @@ def flush(dest: Uploads, uploader: Uploader | None = None, stopped_at: float | N
     abandoned (its thread dies with the process). The code, and why, go to ``runtime``'s
     store for the job's last line."""
     uploader = uploader or Uploader(dest)
-    deadline = time.monotonic() + budget.flush_left(dest.stop_grace, stopped_at)
-    log.info("final upload to %s ...", dest.output_repo)
     now = time.time()  # the cost and the bill up to this upload; NOTIFY's record
     spent = final_cost(dest.volume, dest.run_dir, now)
     bill, told = budget.billed(dest.volume, now), store.notified(dest.workspace, dest.run_name)
+    deadline = time.monotonic() + budget.flush_left(dest.stop_grace, stopped_at)
+    log.info("final upload to %s ...", dest.output_repo)
     status.record(dest.volume, "uploading")
     keep(dest.run_dir, billed=bill, costs=spent, notified=told)
     outcome: list[bool] = []

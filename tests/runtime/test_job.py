@@ -17,7 +17,7 @@ from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.runtime import boot, pricing
 from entrypoint.settings.launchers import Volume
 from entrypoint.state import run as this
-from entrypoint.state import status, store
+from entrypoint.state import snapshot, status, store
 from entrypoint.training import publish
 from tests.conftest import REPO, settings, trainbox
 from tests.standins.hub import Hub
@@ -79,7 +79,7 @@ def test_with_output_repo_the_bill_is_the_final_uploads(tmp_path: Path) -> None:
     store.mark(cfg.volume, fresh=True, started=100.0, first_step=130.0, last_step=500.0)
     uploaded = {"container_started": store.stamp(100.0), "before_training_s": 30,
                 "after_training_s": 4}  # fmt: skip
-    publish.write_manifest(cfg.run_dir, {"run": "run", "billed": [uploaded]})
+    snapshot.write_manifest(cfg.run_dir, {"run": "run", "billed": [uploaded]})
     status.record(cfg.volume, "completed", fresh=True)
     pricing.report(cfg)
     assert status.read(cfg.volume)["billed"] == uploaded  # computed once, by the final upload
@@ -88,7 +88,7 @@ def test_with_output_repo_the_bill_is_the_final_uploads(tmp_path: Path) -> None:
 def test_without_output_repo_the_job_computes_and_keeps_the_bill(tmp_path: Path) -> None:
     cfg = settings(tmp_path)
     store.mark(cfg.volume, fresh=True, started=100.0, first_step=130.0, last_step=500.0)
-    publish.write_manifest(cfg.run_dir, {"run": "run"})
+    snapshot.write_manifest(cfg.run_dir, {"run": "run"})
     status.record(cfg.volume, "completed", fresh=True)
     pricing.report(cfg)
     bill = status.read(cfg.volume)["billed"]

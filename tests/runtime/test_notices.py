@@ -14,7 +14,6 @@ from entrypoint.runtime import notices
 from entrypoint.settings import config
 from entrypoint.settings.launchers import Volume
 from entrypoint.state import snapshot, status, store
-from entrypoint.training import publish
 from tests.conftest import trainbox
 from tests.standins.webhook import Webhook
 
@@ -92,7 +91,7 @@ def test_another_machines_record_from_the_hub_is_taken_in_and_goes_back_up(
     published = snapshot.folder(run_dir)
     published.mkdir(parents=True)
     store.write_manifest(published, {"run": "run", "costs": []})
-    publish.keep(run_dir, notified=store.notified(tmp_path, "run"))
+    snapshot.keep(run_dir, notified=store.notified(tmp_path, "run"))
     assert set(store.manifest(published)["notified"]) == {"started", "budget", "stopped"}
     assert store.manifest(published)["costs"] == []  # the rest of it kept
 

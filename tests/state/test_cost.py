@@ -11,7 +11,7 @@ from entrypoint.errors import ExitCode
 from entrypoint.gateways import provider
 from entrypoint.runtime import pricing, watchdog
 from entrypoint.settings.launchers import Volume
-from entrypoint.state import cost, store, view
+from entrypoint.state import cost, snapshot, store, view
 from entrypoint.training import progress, publish
 from tests.conftest import settings
 from tests.standins.provider import Provider
@@ -54,13 +54,13 @@ def test_idle_seconds_are_priced_before_the_first_step_and_after_the_last(tmp_pa
 
 def test_a_restarted_run_sums_every_container_and_projects_the_epochs_left(tmp_path: Path) -> None:
     run_dir = tmp_path / "runs" / "run"
-    publish.write_manifest(run_dir, {"run": "run", "costs": [
+    snapshot.write_manifest(run_dir, {"run": "run", "costs": [
         {"container_started": "first", "usd": 1.25, "idle_usd": 0.10, "per_epoch": 0.30},
         {"container_started": "second", "usd": 0.75, "idle_usd": 0.05},
     ]})  # fmt: skip
     started(tmp_path, first_step=T0 + 180, last_step=T0 + 1800)
     cost.note_price(Volume(tmp_path), 1.20, "vast.ai", T0 + 1)
-    publish.keep(run_dir, costs=cost.container(Volume(tmp_path), T0 + 1800, training_over=False))
+    snapshot.keep(run_dir, costs=cost.container(Volume(tmp_path), T0 + 1800, training_over=False))
     manifest = store.manifest(publish.folder(run_dir))
     assert [e["container_started"] for e in manifest["costs"]] == ["first", "second",
                                                                    store.stamp(T0)]  # fmt: skip

@@ -11,7 +11,7 @@ from pathlib import Path
 from entrypoint.dataset.stage import Meter
 from entrypoint.errors import ExitCode
 from entrypoint.settings.launchers import Volume
-from entrypoint.state import budget, status, store, view
+from entrypoint.state import budget, snapshot, status, store, view
 from entrypoint.training import progress, publish
 from tests.conftest import REPO, trainbox
 from tests.standins.hub import GOOD_TOKEN, Hub
@@ -161,11 +161,11 @@ def test_billing_keeps_one_entry_per_container_of_the_run(tmp_path: Path) -> Non
                     "after_training_s": 12}  # fmt: skip
     assert view.billed_line(bill) == "billed 41 s before training, 12 s after"
     run_dir = tmp_path / "runs" / "run"
-    publish.keep(run_dir, billed=bill)  # no manifest yet: nothing to keep it in
+    snapshot.keep(run_dir, billed=bill)  # no manifest yet: nothing to keep it in
     assert not publish.folder(run_dir).exists()
-    publish.write_manifest(run_dir, {"run": "run", "billed": [{"container_started": "earlier"}]})
-    publish.keep(run_dir, billed=bill)
-    publish.keep(run_dir, billed={**bill, "after_training_s": 13})  # the same container
+    snapshot.write_manifest(run_dir, {"run": "run", "billed": [{"container_started": "earlier"}]})
+    snapshot.keep(run_dir, billed=bill)
+    snapshot.keep(run_dir, billed={**bill, "after_training_s": 13})  # the same container
     manifest = json.loads((publish.folder(run_dir) / publish.MANIFEST).read_text())
     assert manifest["billed"] == [{"container_started": "earlier"},
                                   {**bill, "after_training_s": 13}]  # fmt: skip

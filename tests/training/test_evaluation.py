@@ -62,7 +62,7 @@ def test_a_failure_is_one_line_and_a_scored_checkpoint_is_not_scored_again(
                                {"split": split, "images": 8, "metrics": {},
                                 "checkpoint_sha256": digest})  # fmt: skip
     assert evaluation.main(plan(run_dir, data)) == 0
-    assert set(evaluation.held(run_dir)) == {"test", "val"}
+    assert set(store.evaluations(run_dir / evaluation.FOLDER)) == {"test", "val"}
 
 
 def test_a_stop_during_the_evaluation_leaves_the_completed_run_as_it_was(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from entrypoint.state import store
+from entrypoint.state import snapshot, store
 from entrypoint.training import publish
 
 
@@ -55,10 +55,10 @@ def test_the_manifest_is_indexed_once_written_and_its_bill_kept_per_container(
     tmp_path: Path,
 ) -> None:
     run = run_dir(tmp_path)
-    publish.write_manifest(run, {"run": "run"})
+    snapshot.write_manifest(run, {"run": "run"})
     assert publish.MANIFEST in publish.publish(run, 1)["files"]
     bill = {"container_started": "2026-12-02T07:00:00Z", "before_training_s": 9}
-    publish.keep(run, billed=bill)
+    snapshot.keep(run, billed=bill)
     manifest = publish.folder(run) / publish.MANIFEST
     assert store.manifest(publish.folder(run))["billed"] == [bill]
     assert publish.read_index(run)["files"][publish.MANIFEST] == sha(manifest.read_bytes())

@@ -11,6 +11,7 @@ import pytest
 import yaml
 from huggingface_hub import ModelCard
 
+from entrypoint.settings.launchers import Volume
 from entrypoint.state import store
 from entrypoint.training import evaluation
 from entrypoint.upload import card, results
@@ -84,9 +85,14 @@ def make_run(workspace: Path, name: str, *, task: str = "detect", state: str = "
 
 
 def record(run_dir: Path, **cost: float) -> dict:
-    published = store.published_folder(run_dir.parents[1], run_dir.name)
-    return card.record(run_dir, published, cost={"spent": cost["spent"], "per_hour": 2.49}
-                       if cost else None)  # fmt: skip
+    """The run's record, with ``spent`` dollars in the container's status (the status is
+    about this run) when given."""
+    volume = Volume(run_dir.parents[1], 0)
+    about = (
+        {"run": run_dir.name, "cost": {"spent": cost["spent"], "per_hour": 2.49}} if cost else {}
+    )
+    store.update_status(volume, lambda _: about)
+    return card.record(run_dir, volume)
 
 
 def model_index(text: str) -> list[dict]:
@@ -134,8 +140,9 @@ def test_a_detection_runs_card_reports_its_evaluation_exactly(tmp_path: Path) ->
 
 def test_the_gpus_energy_is_on_the_card_where_nvml_counted_it(tmp_path: Path) -> None:
     run_dir = make_run(tmp_path, "run", scores={"val": DETECT})
-    published = store.published_folder(run_dir.parents[1], run_dir.name)
-    mine = card.record(run_dir, published, energy={"joules": 9_000_000.0, "gpus": 1})
+    volume = Volume(run_dir.parents[1], 0)
+    store.update_status(volume, lambda _: {"run": "run", "gpu_energy": {"joules": 9e6, "gpus": 1}})
+    mine = card.record(run_dir, volume)
     assert mine["energy_kwh"] == 2.5  # 9 MJ / 3.6 MJ per kWh
     assert "| GPU energy (NVML) | 2.500 kWh |" in card.render([mine], REPO)
 
@@ -179,6 +186,9 @@ def test_two_runs_the_newest_completed_on_top_every_run_in_the_table(tmp_path: P
     assert [e["name"] for e in index] == ["first", "second"]  # one entry per scored run
     assert metric(index, "second", "test", "mAP50-95") == 0.6
     assert card.volume_records(tmp_path)[-1]["name"] == "third--try"  # `trainbox card`
+    record(second, spent=3.0)  # the status is about `second`: its cost goes to it alone
+    costs = {r["name"]: r.get("cost") for r in card.volume_records(tmp_path)}
+    assert costs == {"first": None, "second": {"usd": 3.0, "per_hour": 2.49}, "third--try": None}
 
 
 def test_a_persons_words_and_keys_are_kept(tmp_path: Path) -> None:

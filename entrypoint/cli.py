@@ -61,25 +61,43 @@ def _here() -> "Run":
     return this.here()
 
 
+def _prepared() -> "Run":
+    """This program's run, prepared: as the job prepared it when ``trainbox run`` started it;
+    by hand, with the last preflight's workers (if one ran), the staged data.yaml and the
+    fetched start weights and teacher."""
+    from dataclasses import replace
+
+    from entrypoint.dataset.stage import Wanted, data_yaml
+    from entrypoint.preflight import check as preflight
+    from entrypoint.state.run import Prepared
+    from entrypoint.training import weights
+
+    here = _here()
+    if here.prepared:
+        return here
+    cfg = here.settings
+    workers = preflight.workers(cfg.workspace, cfg.workers)
+    start, teacher = weights.local(weights.source(cfg)), weights.local_teacher(weights.teacher(cfg))
+    return replace(here, prepared=Prepared(0, workers, data_yaml(Wanted.of(cfg)), start, teacher))
+
+
 @cli.command()
 def train() -> int:
     """The supervised train program (started by trainbox run)."""
     from entrypoint.training import program as training
 
-    return training.main(_here())
+    return training.main(_prepared())
 
 
 @cli.command("evaluate", hidden=True)
 def evaluate_command() -> int:
     """Score the run's best.pt on its test and validation splits (started by trainbox run)."""
-    from entrypoint.dataset.stage import Wanted, data_yaml
     from entrypoint.state import store
     from entrypoint.state.snapshot import folder
     from entrypoint.training import evaluation
 
-    here = _here()
-    cfg = here.settings
-    data = here.prepared.data_yaml if here.prepared else data_yaml(Wanted.of(cfg))
+    here = _prepared()
+    cfg, data = here.settings, here.prepared.data_yaml if here.prepared else Path()
     dataset = store.manifest(folder(cfg.run_dir)).get("dataset") or {}
     device = "cpu" if cfg.device == "cpu" else "auto"
     return evaluation.main(evaluation.Plan(cfg.run_dir, data, cfg.imgsz, device, dataset,

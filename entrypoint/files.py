@@ -62,6 +62,13 @@ def copy_atomic(source: Path, target: Path) -> str:
     return digest.hexdigest()
 
 
+def copied(source: Path, target: Path) -> bool:
+    """``target`` is a copy of ``source`` as it is now: the same size, and ``source`` not
+    written since the copy (mtime)."""
+    src, dst = source.stat(), target.stat()
+    return src.st_size == dst.st_size and src.st_mtime_ns <= dst.st_mtime_ns
+
+
 def sha256(path: Path) -> str:
     """The hex sha256 of the file at ``path``, read in 1 MiB chunks."""
     digest = hashlib.sha256()

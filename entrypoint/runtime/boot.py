@@ -238,9 +238,10 @@ def supervision(boot: Boot) -> None:
     assert boot.supervisor is not None and run.runtime, "the lock step starts supervisord"
     command = distributed.command(distributed.Meeting.of(run.settings), len(verdict["gpus"]))
     workers, data = verdict["workers"], dataset.data_yaml(dataset.Wanted.of(run.settings))
+    start, teacher = weights.local(boot.found), weights.local_teacher(boot.teacher)
     for mend in range(memory.MENDS + 1):
         status.record(run.volume, "training")  # again after a mend: the flush said uploading
-        boot.run = run.with_prepared(Prepared(len(verdict["gpus"]), workers, data))
+        boot.run = run.with_prepared(Prepared(len(verdict["gpus"]), workers, data, start, teacher))
         seen = memory.watch()
         boot.stopped = supervise.train(boot.supervisor, run.settings, command)
         ended = store.code(run.runtime, "train")

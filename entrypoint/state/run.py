@@ -3,11 +3,11 @@ start's runtime folder, and what the job prepared for its programs.
 
 ``trainbox run`` (the job) builds it as it starts, and writes into the runtime folder, a fresh
 one per start and never the volume, what its programs (the watchdog, train and its ranks, the
-uploader, the dashboard) need: the resolved settings first (the watchdog needs
-them from the preflight on), then the GPU count and dataloader workers the preflight chose and
-the data.yaml staged, before training starts. Each program builds its own ``Run`` once, with
-``here`` (the one reader of ``TRAINBOX_RUNTIME``), and passes it down; nothing else in the
-package reads the environment for it.
+uploader, the dashboard) need: the resolved settings first (the watchdog needs them from the
+preflight on), then, before training starts, the GPU count and dataloader workers the preflight
+chose, the data.yaml staged and the start weights and teacher fetched. Each program builds its
+own ``Run`` once, with ``here`` (the one reader of ``TRAINBOX_RUNTIME``), and passes it down;
+nothing else in the package reads the environment for it.
 """
 
 import os
@@ -29,6 +29,8 @@ class Prepared:
     gpus: int  # the GPUs the preflight proved (0: CPU)
     workers: int  # the dataloader workers per GPU (the preflight may have lowered WORKERS)
     data_yaml: Path  # what training reads
+    start: Path | None = None  # the start weights MODEL names, fetched while staging
+    teacher: Path | None = None  # distill_model's file, fetched while staging (DINOv2: none)
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,10 @@ class Run:
     def with_prepared(self, prepared: Prepared) -> "Run":
         """This run, prepared: written once into the runtime folder for the programs."""
         assert self.runtime is not None, "only the job prepares a run"
-        store.write_prepared(self.runtime, {"gpus": prepared.gpus, "workers": prepared.workers,
-                                            "data_yaml": str(prepared.data_yaml)})  # fmt: skip
+        store.write_prepared(self.runtime, {
+            "gpus": prepared.gpus, "workers": prepared.workers,
+            **{k: str(v) for k, v in vars(prepared).items() if isinstance(v, Path)},
+        })  # fmt: skip
         return replace(self, prepared=prepared)
 
 
@@ -72,5 +76,7 @@ def here(environ: Mapping[str, str] = os.environ) -> Run:
     if not found:
         return Run(config.load(environ))
     done = store.prepared(runtime)
-    prepared = done and Prepared(int(done["gpus"]), int(done["workers"]), Path(done["data_yaml"]))
+    prepared = done and Prepared(int(done["gpus"]), int(done["workers"]), Path(done["data_yaml"]),
+                                 *(Path(done[k]) if done.get(k) else None
+                                   for k in ("start", "teacher")))  # fmt: skip
     return Run(config.restore(found), runtime, prepared or None)

@@ -18,7 +18,7 @@ from typing import Any
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.settings import family
 from entrypoint.settings.config import Config
-from entrypoint.state import snapshot, store
+from entrypoint.state import store
 from entrypoint.training import publish
 
 log = logging.getLogger("trainbox")
@@ -118,8 +118,7 @@ def run(cfg: Config) -> dict[str, str]:
             for name in formats(cfg.export)
         }
     store.write_export_report(cfg.workspace, results)  # the job puts it in the status
-    index = snapshot.read_index(cfg.run_dir)
-    publish.publish(cfg.run_dir, index["epoch"])  # the uploader's final flush pushes them
+    publish.publish(cfg.run_dir)  # the last epoch's snapshot with them: the final flush pushes it
     return results
 
 

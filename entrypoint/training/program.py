@@ -8,15 +8,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from entrypoint.dataset.stage import Wanted, data_yaml
 from entrypoint.errors import ExitCode, TrainboxError
-from entrypoint.preflight import check as preflight
 from entrypoint.settings import options
 from entrypoint.settings.config import Config
 from entrypoint.settings.launchers import Volume
 from entrypoint.state import cost, store
 from entrypoint.state.run import Prepared, Run
-from entrypoint.training import distributed, export, progress, publish, weights
+from entrypoint.training import distributed, export, progress, publish
 from entrypoint.training.publish import Publisher
 from entrypoint.training.weights import architecture
 
@@ -75,12 +73,9 @@ def _model_device(device: str) -> str:
     return "cpu" if device == "cpu" else "auto"
 
 
-def _build_model(cfg: Config, resume_from: Path | None) -> Any:
-    """The model to train: an interrupted run's checkpoint, the start weights MODEL names
-    (published, hf://, a path), or the architecture MODEL names, from scratch."""
-    start = resume_from or weights.local(
-        weights.source(cfg)
-    )  # fetched onto the volume while staging
+def _build_model(cfg: Config, start: Path | None) -> Any:
+    """The model to train: ``start`` (an interrupted run's checkpoint, or the start weights
+    MODEL names: published, hf://, a path), or the architecture MODEL names, from scratch."""
     if start or cfg.pretrained:
         from libreyolo import LibreYOLO
 
@@ -91,10 +86,8 @@ def _build_model(cfg: Config, resume_from: Path | None) -> Any:
 def _on_this_data(cfg: Config, run: Prepared) -> dict[str, Any]:
     """``model.train`` arguments that the run and its profile pass share."""
     chosen = options.effective(cfg)
-    if taught := weights.local_teacher(
-        weights.teacher(cfg)
-    ):  # fetched while staging, through the gateway
-        chosen["distill_model"] = str(taught)
+    if run.teacher:  # fetched while staging, through the gateway
+        chosen["distill_model"] = str(run.teacher)
     return {
         **chosen,
         "data": str(run.data_yaml),
@@ -108,7 +101,7 @@ def _on_this_data(cfg: Config, run: Prepared) -> dict[str, Any]:
     }
 
 
-def profile(cfg: Config, run: Prepared) -> None:
+def profile(cfg: Config, on_data: dict[str, Any]) -> None:
     """PROFILE_STEPS: that many real steps under libreyolo's profiler, in runs/RUN/profile,
     before the run; its verdict (dataloader, host/launch or compute bound) goes to the status."""
     folder = cfg.run_dir / PROFILE
@@ -116,7 +109,7 @@ def profile(cfg: Config, run: Prepared) -> None:
         return  # profiled before a restart
     log.info("profiling %d training steps before the run (PROFILE_STEPS)", cfg.profile_steps)
     architecture(cfg.model, _model_device(cfg.device)).train(
-        **_on_this_data(cfg, run),
+        **on_data,
         epochs=1,
         project=str(cfg.run_dir),
         name=PROFILE,
@@ -146,9 +139,10 @@ def train(cfg: Config, run: Prepared) -> None:
     from entrypoint.training.resume import checkpoint
 
     resume_from = checkpoint(cfg.run_dir)
+    on_data = _on_this_data(cfg, run)
     if cfg.profile_steps and not resume_from:
-        profile(cfg, run)
-    model = _build_model(cfg, resume_from)
+        profile(cfg, on_data)
+    model = _build_model(cfg, resume_from or run.start)
     if where := distributed.describe():
         log.info("distributed: %s", where)
     if resume_from:
@@ -159,7 +153,7 @@ def train(cfg: Config, run: Prepared) -> None:
     callbacks = ([EpochLog(cfg.volume), Clock(cfg.volume), Publisher(cfg.volume)]
                  if distributed.rank() == 0 else [])  # fmt: skip
     model.train(
-        **_on_this_data(cfg, run),
+        **on_data,
         epochs=cfg.epochs,
         save_period=cfg.save_period,
         project=str(cfg.run_dir.parent),
@@ -172,20 +166,11 @@ def train(cfg: Config, run: Prepared) -> None:
         export.run(cfg)
 
 
-def by_hand(cfg: Config) -> Prepared:
-    """What a ``trainbox train`` run by hand, without the job, trains with: the last
-    preflight's workers if one ran, the staged data.yaml."""
-    return Prepared(
-        gpus=0,
-        workers=preflight.workers(cfg.workspace, cfg.workers),
-        data_yaml=data_yaml(Wanted.of(cfg)),
-    )
-
-
 def main(here: Run) -> int:
-    """Run training and turn its outcome into the program's exit code."""
-    cfg = here.settings
-    run = here.prepared or by_hand(cfg)
+    """Run training and turn its outcome into the program's exit code; ``here`` is prepared
+    (by the job, or by the CLI for a run by hand)."""
+    cfg, run = here.settings, here.prepared
+    assert run is not None, "training needs a prepared run"
     distributed.started(here.runtime)
     pulse = distributed.Heartbeat.start(cfg.volume, here.runtime)
     try:

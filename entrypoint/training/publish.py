@@ -25,7 +25,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from entrypoint.files import SourceChanged, copy_atomic, sha256
+from entrypoint.files import SourceChanged, copied, copy_atomic, sha256
 from entrypoint.settings.launchers import Volume
 from entrypoint.state import cost, store
 from entrypoint.state.snapshot import MANIFEST, folder, keep, read_index, write_index
@@ -38,8 +38,9 @@ SMALL_FILES = ("status.json", "metrics.jsonl", "results.csv", "summary.json", "t
 MONITOR_MARKERS = ("status.json", "metrics.jsonl", "results.csv")
 
 
-def publish(run_dir: Path, epoch: int, *, failed: bool = False) -> dict[str, Any]:
-    """Copy the run's current files into its published folder and index them; unchanged ones are
+def publish(run_dir: Path, epoch: int | None = None, *, failed: bool = False) -> dict[str, Any]:
+    """Copy the run's current files into its published folder and index them as ``epoch``'s
+    (None: the last published epoch's again, with what was added since); unchanged ones are
     kept.
     ``failed``: training raised; its train.log joins the small files, and the weights stay
     as last published (a file being saved when it raised may be torn)."""
@@ -59,22 +60,16 @@ def publish(run_dir: Path, epoch: int, *, failed: bool = False) -> dict[str, Any
             continue
         target = out / source.name
         if source == target or (
-            target.is_file() and source.name in before["files"] and _same(source, target)
+            target.is_file() and source.name in before["files"] and copied(source, target)
         ):
             files[source.name] = before["files"][source.name]
             continue
         files[source.name] = copy_atomic(source, target)
     if (out / MANIFEST).is_file():
         files[MANIFEST] = sha256(out / MANIFEST)
-    index = {"epoch": epoch, "files": files}
+    index = {"epoch": before["epoch"] if epoch is None else epoch, "files": files}
     write_index(run_dir, index)
     return index
-
-
-def _same(source: Path, target: Path) -> bool:
-    """Unchanged since it was published: same size, and not written since (mtime)."""
-    src, dst = source.stat(), target.stat()
-    return src.st_size == dst.st_size and src.st_mtime_ns <= dst.st_mtime_ns
 
 
 def provenance(cfg: Any, verdict: dict[str, Any], dataset: dict[str, Any] | None) -> dict:
@@ -166,7 +161,7 @@ class Publisher:
         if not isinstance(event.exception, KeyboardInterrupt):
             run_dir = Path(event.save_dir)
             keep_traceback(run_dir, event.exception)
-            publish(run_dir, read_index(run_dir)["epoch"], failed=True)
+            publish(run_dir, failed=True)
 
 
 def keep_traceback(run_dir: Path, err: BaseException) -> None:

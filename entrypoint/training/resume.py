@@ -46,10 +46,10 @@ def _last(run_dir: Path) -> tuple[Path, Path]:
 
 def _loading(run_dir: Path) -> Path | None:
     """The checkpoint of the run on this volume that loads, weights/last.pt first; None when
-    the run is completed or none does (a torn file, killed while saving, does not)."""
-    if run_state(run_dir) == "completed":
-        return None
-    return next((path for path in _last(run_dir) if path.is_file() and loads(path)), None)
+    none does (a torn file, killed while saving, does not) or the run is completed (which
+    the job ends at its ``completed`` step, before anything asks)."""
+    found = next((path for path in _last(run_dir) if path.is_file() and loads(path)), None)
+    return None if run_state(run_dir) == "completed" else found
 
 
 def checkpoint(run_dir: Path) -> Path | None:

@@ -7,6 +7,7 @@ import ast
 import os
 import signal
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -65,9 +66,12 @@ def test_the_settings_the_programs_read_are_the_jobs(tmp_path: Path, monkeypatch
     started = this.start(cfg)
     environ = {**os.environ, "EPOCHS": "1"}  # what a program's environment says counts no more
     assert this.here({**environ, **started.environ}) == started  # before training
-    ready = this.Prepared(gpus=2, workers=3, data_yaml=tmp_path / "data.yaml")
+    ready = this.Prepared(gpus=2, workers=3, data_yaml=tmp_path / "data.yaml",
+                          start=tmp_path / "best.pt")  # a teacher: none  # fmt: skip
     prepared = started.with_prepared(ready)
     assert this.here({**environ, **started.environ}) == prepared
+    taught = started.with_prepared(replace(ready, start=None, teacher=tmp_path / "t.pt"))
+    assert this.here({**environ, **started.environ}) == taught
     assert prepared.volume == Volume(cfg.workspace, 1)  # node 1's files
     monkeypatch.delenv(store.RUNTIME, raising=False)
     by_hand = this.here({**os.environ, "WORKSPACE": str(tmp_path), "EPOCHS": "1"})

@@ -118,7 +118,7 @@ def test_the_weights_download_while_the_dataset_stages(
     assert start.overlaps(dataset), "the two downloads never overlapped"
     assert teacher.overlaps(dataset), "the teacher did not come while the dataset staged"
     assert (tmp_path / "ws/weights/org/w/run/best.pt").read_bytes() == CHECKPOINT
-    taught = weights.local_teacher(weights.teacher(cfg))  # what the train program gives
+    taught = weights.local_teacher(weights.teacher(cfg))  # what the job prepares for training
     assert taught == tmp_path / "ws/weights/org/t/LibreYOLO9m.pt"
     assert taught.read_bytes() == CHECKPOINT[::-1]
 

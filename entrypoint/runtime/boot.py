@@ -270,8 +270,22 @@ def _mended(boot: Boot, workers: int, mend: int) -> int:
     mended = [*state.get("mended", []),
               {"epoch": epochs, "workers": [workers, fewer], "at": store.stamp()}]  # fmt: skip
     status.note(volume, mended=mended, memory=memory.figures())
-    store.clear_codes(boot.run.runtime, "train", "rank")  # the next attempt's own, if any
+    store.clear_codes(boot.run.runtime, "train", "rank", "upload")  # the next attempt's own
     return fewer
+
+
+def final_upload(boot: Boot) -> None:
+    """The final upload made by the job, when the uploader (OUTPUT_REPO, node 0) left no word
+    of one: it died before or during its flush (in a test's run the kernel killed it for
+    memory right after the trainer, and supervisord's new one was stopped while it was still
+    starting), so what it left is pushed now, within what a stop left of STOP_GRACE."""
+    run = boot.run
+    cfg = run.settings
+    assert run.runtime is not None, "the job's runtime folder"
+    if not cfg.output_repo or cfg.node_rank != 0 or store.code(run.runtime, "upload") is not None:
+        return
+    log.warning("the uploader ended before its final upload: the job makes it")
+    upload.flush(upload.Uploads.of(cfg), stopped_at=store.stop(run.runtime), runtime=run.runtime)
 
 
 def evaluating(boot: Boot) -> None:
@@ -303,7 +317,7 @@ def evaluating(boot: Boot) -> None:
 
 STEPS: tuple[Callable[[Boot], None], ...] = (
     settings, lock, watch, completed, check, resuming, within_budget, start_weights, staging,
-    provenance, supervision, evaluating,
+    provenance, supervision, final_upload, evaluating,
 )  # fmt: skip
 
 

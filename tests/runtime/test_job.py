@@ -137,3 +137,23 @@ def test_a_run_the_volume_cannot_hold_stops_before_staging(hub: Hub, tmp_path: P
     assert not (workspace / "data").exists() or not any((workspace / "data").iterdir())
     recorded = store.status(Volume(workspace))
     assert recorded["exit_code"] == ExitCode.DISK and recorded["reason"] in line
+
+
+def test_the_job_makes_the_final_upload_an_uploader_left_undone(hub: Hub, cfg) -> None:
+    """The uploader died before its flush (in a CI run the kernel killed it for memory right
+    after the trainer, and supervisord's new one was stopped while it was starting): the job's
+    own step pushes what it left. After an uploader's flush that left its word, it does not."""
+    hub.add("org/w", {}, kind="models")
+    started = this.start(cfg)
+    (cfg.run_dir / "weights").mkdir(parents=True)
+    (cfg.run_dir / "weights" / "last.pt").write_bytes(b"epoch 1")
+    publish.publish(cfg.run_dir, 1)
+    boot.final_upload(boot.Boot(started))
+    repo = hub.repos["models/org/w"]
+    assert repo.files["run/last.pt"] == b"epoch 1"
+    assert store.code(started.runtime, "upload") == ExitCode.OK
+    commits = len(repo.commits)
+    (cfg.run_dir / "weights" / "last.pt").write_bytes(b"epoch 2")
+    publish.publish(cfg.run_dir, 2)
+    boot.final_upload(boot.Boot(started))  # the upload's word is there: nothing more
+    assert len(repo.commits) == commits and repo.files["run/last.pt"] == b"epoch 1"

@@ -14,7 +14,7 @@ from entrypoint.dataset import forms
 from entrypoint.dataset.packed import shards
 from entrypoint.dataset.published import boxes, layout, parquet
 from entrypoint.dataset.published import route as published
-from entrypoint.dataset.stage import SPACE_MARGIN, resolve
+from entrypoint.dataset.stage import resolve
 from entrypoint.dataset.wanted import Wanted
 from entrypoint.errors import TrainboxError
 from entrypoint.gateways import hub
@@ -27,10 +27,11 @@ def inspect(wanted: Wanted) -> dict[str, Any]:
         "repo": source.repo, "revision": wanted.revision, "commit": source.commit,
         "files": len(source.shards), "bytes": source.size,
     }  # fmt: skip
+    report["disk"] = int(source.size * source.margin)
     if isinstance(source, shards.Source):
-        return report | {"form": "trainbox", "disk": int(source.size * SPACE_MARGIN),
+        return report | {"form": "trainbox",
                          "note": "packed by `trainbox dataset pack`: staged as packed"}  # fmt: skip
-    report |= {"form": source.form, "disk": int(source.size * published.margin(source))}
+    report["form"] = source.form
     if source.form == "parquet":
         return report | _parquet(source, wanted)
     return report | _listed(source)

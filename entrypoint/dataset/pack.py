@@ -1,6 +1,6 @@
 """Pack a dataset folder for the Hub, on the laptop, before renting: one tar, or shards and
 their index, uploaded to a dataset repo (``trainbox dataset pack``). Staging it on the rented
-machine is ``dataset.stage``'s.
+machine is ``packed.download``'s.
 """
 
 import logging
@@ -9,8 +9,8 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from entrypoint.dataset.landing import Doctor, gb, point
 from entrypoint.dataset.packed import archive, shards
-from entrypoint.dataset.stage import Doctor, gb, point
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.files import sha256
 from entrypoint.gateways import hub

@@ -69,6 +69,7 @@ class Boot:
     previous: dict[str, Any] | None = None  # the run's manifest on the Hub, resuming from it
     found: weights.Source | None = None  # the start weights (None: from a checkpoint)
     teacher: list[weights.Source] = field(default_factory=list)
+    room: dict[str, int] = field(default_factory=dict)  # bytes the run writes, by what
     source: dataset.Source | None = None  # a Hub dataset still to download
     supervisor: supervise.Supervisor | None = None  # the programs' (from the lock on)
     stopped: bool = False  # a stop signal came during training
@@ -182,32 +183,40 @@ def within_budget(boot: Boot) -> None:
 
 
 def start_weights(boot: Boot) -> None:
-    """Which start weights and teacher the run needs (asked for, not yet downloaded)."""
+    """Which start weights and teacher the run needs, asked for and not yet downloaded; with
+    what its checkpoints and exports will write, the room it needs besides the dataset's."""
     cfg = boot.run.settings
     boot.found = None if resume.has_checkpoint(cfg.run_dir) else weights.source(cfg)
     boot.teacher = weights.teacher(cfg)  # distill_model's, a resumed run's too
-
-
-def staging(boot: Boot) -> None:
-    """The dataset on the volume, once the whole run is known to fit; the start weights
-    download meanwhile."""
-    cfg = boot.run.settings
-    wanted = dataset.Wanted.of(cfg)
-    status.record(cfg.volume, "staging")
-    doctor = processes.doctor if cfg.doctor else None
-    boot.source = dataset.pending(wanted)
-    if not boot.source:
-        dataset.stage(wanted, boot.source, doctor)
     start = weights.check(boot.found, cfg.hub_wait)
-    fits(cfg.workspace, {
-        "dataset": dataset.left(wanted, boot.source),
+    boot.room = {
         "start weights": start,
         "teacher": sum(weights.check(each, cfg.hub_wait) for each in boot.teacher),
         "checkpoints and exports": outputs.left(cfg, boot.found, start),
-    })  # fmt: skip
+    }
+
+
+def finding(boot: Boot) -> None:
+    """The dataset found: a Hub dataset by one listing of its repo (its route and what is
+    still to download; nothing downloaded), a local one checked at once (DATA's data.yaml by
+    the doctor, the demo written), before the Hub is asked for the start weights."""
+    cfg = boot.run.settings
+    wanted = dataset.Wanted.of(cfg)
+    status.record(cfg.volume, "staging")
+    boot.source = dataset.pending(wanted)
+    if not boot.source:
+        dataset.here(wanted, processes.doctor if cfg.doctor else None)
+
+
+def staging(boot: Boot) -> None:
+    """Once the whole run is known to fit on the volume, a Hub dataset staged by its route
+    while the start weights and the teacher download."""
+    cfg = boot.run.settings
+    wanted = dataset.Wanted.of(cfg)
+    fits(cfg.workspace, {"dataset": dataset.needs(wanted, boot.source), **boot.room})
     fetching = weights.Background(cfg.hub_wait, boot.found, *boot.teacher)
     if boot.source:
-        dataset.stage(wanted, boot.source, doctor)
+        boot.source.stage(wanted, processes.doctor if cfg.doctor else None)
     fetching.result()
 
 
@@ -316,8 +325,8 @@ def evaluating(boot: Boot) -> None:
 
 
 STEPS: tuple[Callable[[Boot], None], ...] = (
-    settings, lock, watch, completed, check, resuming, within_budget, start_weights, staging,
-    provenance, supervision, final_upload, evaluating,
+    settings, lock, watch, completed, check, resuming, within_budget, finding, start_weights,
+    staging, provenance, supervision, final_upload, evaluating,
 )  # fmt: skip
 
 

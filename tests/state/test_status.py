@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from entrypoint.dataset.stage import Meter
+from entrypoint.dataset.landing import Meter
 from entrypoint.errors import ExitCode
 from entrypoint.settings.launchers import Volume
 from entrypoint.state import budget, snapshot, status, store, view

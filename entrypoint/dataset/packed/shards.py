@@ -11,9 +11,13 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from entrypoint import __version__
+from entrypoint.dataset import landing
+from entrypoint.dataset.packed import download
+from entrypoint.dataset.wanted import Wanted
 from entrypoint.errors import ExitCode, TrainboxError
 from entrypoint.gateways import hub
 
@@ -71,6 +75,19 @@ class Source:
     def identity(self) -> dict[str, Any]:
         return {"repo": self.repo, "file": self.file, "commit": self.commit,
                 "sha256": self.sha256, "size": self.size}  # fmt: skip
+
+    @property
+    def margin(self) -> float:
+        """Disk per byte fetched."""
+        return download.SPACE_MARGIN
+
+    def covered(self, partial: Path) -> int:
+        """The bytes a cut staging already holds in ``partial``."""
+        return download.covered(partial, self)
+
+    def stage(self, wanted: Wanted, doctor: landing.Doctor | None) -> Path:
+        """Stream the tar(s) into place; the staged data.yaml."""
+        return download.download(self, wanted, doctor)
 
 
 def make_index(dataset: str, shard_size: int, shards: list[dict[str, Any]]) -> bytes:

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from entrypoint.dataset import forms, threads
+from entrypoint.dataset import forms, landing, threads
 from entrypoint.dataset.published import boxes, folders, images, layout, parquet
 from entrypoint.dataset.wanted import Wanted
 from entrypoint.errors import ExitCode, TrainboxError
@@ -65,6 +65,25 @@ class Source:
     def identity(self) -> dict:
         return {"repo": self.repo, "file": self.file, "commit": self.commit,
                 "sha256": self.sha256, "size": self.size}  # fmt: skip
+
+    @property
+    def margin(self) -> float:
+        """Disk per fetched byte: a zip is kept until it is extracted beside its files; images
+        re-encoded (EXIF rotation, colour modes) and labels add to the rest."""
+        return 2.15 if self.form == "archive" else 1.15
+
+    def covered(self, partial: Path) -> int:
+        """The bytes a cut staging already holds in ``partial`` (its checkpoint's finished
+        files)."""
+        saved = store.staging_checkpoint(partial)
+        if saved.get("source") != self.identity():
+            return 0
+        done = set(saved.get("done", []))
+        return sum(f.size for f in self.shards if f.name in done)
+
+    def stage(self, wanted: Wanted, doctor: landing.Doctor | None) -> Path:
+        """Fetch and convert into place; what training reads."""
+        return stage(self, wanted, doctor)
 
 
 def source(listing: hub.Listing, form: str, shown: list[str], config: str = "") -> Source:
@@ -115,19 +134,23 @@ def split_of(name: str) -> str | None:
     return layout.split_of(parquet.split_of(name))
 
 
-def margin(source: Source) -> float:
-    """Disk per fetched byte: a zip is kept until it is extracted beside its files; images
-    re-encoded (EXIF rotation, colour modes) and labels add to the rest."""
-    return 2.15 if source.form == "archive" else 1.15
-
-
-def covered(partial: Path, source: Source) -> int:
-    """The bytes a cut staging of ``source`` already holds (its checkpoint's finished files)."""
-    saved = store.staging_checkpoint(partial)
-    if saved.get("source") != source.identity():
-        return 0
-    done = set(saved.get("done", []))
-    return sum(f.size for f in source.shards if f.name in done)
+def stage(source: Source, wanted: Wanted, doctor: landing.Doctor | None) -> Path:
+    """Fetch ``source``, converting it into a hidden folder, then doctor and swap it into place
+    as a tar's copy is; return what training reads."""
+    target = wanted.folder
+    partial = landing.partial_of(target)
+    done = source.covered(partial)
+    landing.check_space(wanted.workspace, source.size, source.size - done, source.margin)
+    log.info("staging %s@%s (%s, %d files, %s) into %s%s", source.repo, source.commit[:12],
+             source.file, len(source.shards), landing.gb(source.size), target,
+             f", resuming: {landing.gb(done)} already converted" if done else "")  # fmt: skip
+    with landing.keeping(partial, target):
+        with landing.Progress(wanted.volume, source.file, source.size, done) as progress:
+            found = build(source, partial, wanted, progress)
+        marker = {**source.identity(), "revision": source.revision, "form": source.form}
+        relative = landing.settle(found, partial, target, doctor, marker)
+    log.info("dataset staged: %s form converted into %s", source.form, target)
+    return target / relative
 
 
 def build(source: Source, partial: Path, wanted: Wanted,

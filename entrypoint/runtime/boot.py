@@ -73,6 +73,7 @@ class Boot:
     source: dataset.Source | None = None  # a Hub dataset still to download
     supervisor: supervise.Supervisor | None = None  # the programs' (from the lock on)
     stopped: bool = False  # a stop signal came during training
+    interrupted: int | None = None  # the stop signal that came before training, if one did
 
 
 def settings(boot: Boot) -> None:
@@ -111,7 +112,7 @@ def watch(boot: Boot) -> None:
     its stop is the signal)."""
     assert boot.supervisor is not None, "the lock step starts supervisord"
     boot.watched.enter_context(watchdog.watching(boot.supervisor))
-    boot.watched.enter_context(_stoppable())
+    boot.watched.enter_context(_stoppable(boot))
 
 
 def completed(boot: Boot) -> None:
@@ -330,17 +331,31 @@ STEPS: tuple[Callable[[Boot], None], ...] = (
 )  # fmt: skip
 
 
+def heed(boot: Boot) -> None:
+    """After each step: a stop signal that came during it ends the job (exit 130), even when
+    a library caught the error its handler raised. (torch's import wraps its CUDA preload in
+    ``except Exception: pass``: a SIGTERM there, in ``start_weights``, went unheard in a
+    container test; training started, and docker's SIGKILL came 60 s later.)"""
+    if boot.interrupted is not None:
+        raise _interrupted(boot.interrupted)
+
+
+def _interrupted(signum: int) -> TrainboxError:
+    return TrainboxError(
+        f"{signal.Signals(signum).name} received before training: stopped; a restart goes on "
+        "from here",
+        ExitCode.INTERRUPTED,
+    )
+
+
 @contextlib.contextmanager
-def _stoppable() -> Iterator[None]:
+def _stoppable(boot: Boot) -> Iterator[None]:
     """Until training (``supervise.train``'s handlers replace these), a stop signal raises
-    the one line of an interrupted start."""
+    the one line of an interrupted start, and is kept for ``heed``."""
 
     def stop(signum: int, _frame: object) -> None:
-        raise TrainboxError(
-            f"{signal.Signals(signum).name} received before training: stopped; a restart goes "
-            "on from here",
-            ExitCode.INTERRUPTED,
-        )
+        boot.interrupted = signum
+        raise _interrupted(signum)
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:

@@ -41,6 +41,7 @@ def _steps(started: boot.Boot) -> exits.Outcome:
     try:
         for step in boot.STEPS:
             step(started)
+            boot.heed(started)
     except boot.Finished as early:
         return exits.outcome(runtime, early=early.code)
     except TrainboxError as err:

@@ -62,7 +62,7 @@ run = this.start(cfg)
 status.record(cfg.volume, "staging", fresh=True)
 try:
     with supervise.running(run) as supervisor:
-        with watchdog.watching(supervisor), boot._stoppable():
+        with watchdog.watching(supervisor), boot._stoppable(boot.Boot(run)):
             time.sleep(120)  # a download that never moves
 except TrainboxError as err:
     happened = exits.outcome(run.runtime, error=err)
